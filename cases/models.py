@@ -1,0 +1,1 @@
+"""Models arrive with their issue; the app is installed so migrations have a home."""

@@ -1,0 +1,49 @@
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+
+from issues.choices import AgentStatus
+from issues.models import AgentApiKey
+from issues.models.agent import hash_key
+
+# last_used_at is bookkeeping; writing it on every request would turn reads into writes.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class AgentKeyAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer <key>``: the key's agent becomes ``request.user``."""
+
+    keyword = "bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).decode("latin-1").split()
+        if not header or header[0].lower() != self.keyword:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
+        key = (
+            AgentApiKey.objects.select_related("agent", "agent__company")
+            .filter(key_hash=hash_key(header[1]), revoked_at__isnull=True)
+            .first()
+        )
+        if key is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
+        if key.agent.status == AgentStatus.TERMINATED:
+            raise exceptions.AuthenticationFailed("This agent has been terminated.")
+        now = timezone.now()
+        if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+            AgentApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        return key.agent, key
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="api"'
+
+
+class AgentKeyScheme(OpenApiAuthenticationExtension):
+    target_class = "issues.api.auth.AgentKeyAuthentication"
+    name = "agentKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "Agent API key (pcp_…)"}

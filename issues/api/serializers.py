@@ -1,0 +1,278 @@
+"""API shapes (camelCase, as in the Heartbeat Protocol). Input serializers reject unknown fields."""
+from rest_framework import serializers
+
+from issues.choices import IssuePriority, IssueStatus, WakeSource
+
+
+class StrictSerializer(serializers.Serializer):
+    """Unknown fields are a 400 naming them, never silently ignored."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown = set(data) - set(self.fields)
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
+        return super().to_internal_value(data)
+
+
+class ErrorBodySerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    details = serializers.DictField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorBodySerializer()
+
+
+# --- output -------------------------------------------------------------------------------
+class CompanyBriefSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    issuePrefix = serializers.CharField(source="issue_prefix")
+    status = serializers.CharField()
+    enableCases = serializers.BooleanField(source="enable_cases")
+
+
+class AgentBriefSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    role = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.CharField()
+
+
+class AgentSerializer(AgentBriefSerializer):
+    companyId = serializers.UUIDField(source="company_id")
+    reportsTo = serializers.UUIDField(source="reports_to_id", allow_null=True)
+    capabilities = serializers.CharField()
+    adapterType = serializers.CharField(source="adapter_type")
+    runtimeConfig = serializers.JSONField(source="runtime_config")
+    budgetMonthlyCents = serializers.IntegerField(source="budget_monthly_cents")
+    spentMonthlyCents = serializers.IntegerField(source="spent_monthly_cents")
+    pauseReason = serializers.CharField(source="pause_reason")
+    lastHeartbeatAt = serializers.DateTimeField(source="last_heartbeat_at", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
+
+
+class AgentMeSerializer(AgentSerializer):
+    company = CompanyBriefSerializer()
+    chainOfCommand = AgentBriefSerializer(many=True, source="chain_of_command")
+
+
+class IssueRefSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    identifier = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.CharField()
+
+
+class IssueSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    companyId = serializers.UUIDField(source="company_id")
+    identifier = serializers.CharField()
+    number = serializers.IntegerField()
+    title = serializers.CharField()
+    description = serializers.CharField()
+    status = serializers.CharField()
+    priority = serializers.CharField()
+    projectId = serializers.UUIDField(source="project_id", allow_null=True)
+    goalId = serializers.UUIDField(source="goal_id", allow_null=True)
+    parentId = serializers.UUIDField(source="parent_id", allow_null=True)
+    originIssueId = serializers.UUIDField(source="origin_issue_id", allow_null=True)
+    originKind = serializers.CharField(source="origin_kind")
+    originId = serializers.CharField(source="origin_id")
+    originRunId = serializers.UUIDField(source="origin_run_id", allow_null=True)
+    assigneeAgentId = serializers.UUIDField(source="assignee_agent_id", allow_null=True)
+    assigneeUserId = serializers.IntegerField(source="assignee_user_id", allow_null=True)
+    createdByAgentId = serializers.UUIDField(source="created_by_agent_id", allow_null=True)
+    createdByUserId = serializers.IntegerField(source="created_by_user_id", allow_null=True)
+    checkoutRunId = serializers.UUIDField(source="checkout_run_id", allow_null=True)
+    executionRunId = serializers.UUIDField(source="execution_run_id", allow_null=True)
+    executionLockedAt = serializers.DateTimeField(source="execution_locked_at", allow_null=True)
+    startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
+    completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
+    cancelledAt = serializers.DateTimeField(source="cancelled_at", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+
+
+class IssueDetailSerializer(IssueSerializer):
+    ancestors = IssueRefSerializer(many=True)
+    blockedBy = IssueRefSerializer(many=True, source="blocked_by")
+    project = serializers.SerializerMethodField()
+    goal = serializers.SerializerMethodField()
+
+    def get_project(self, issue) -> dict | None:
+        return {"id": str(issue.project.pk), "name": issue.project.name} if issue.project else None
+
+    def get_goal(self, issue) -> dict | None:
+        return {"id": str(issue.goal.pk), "title": issue.goal.title} if issue.goal else None
+
+
+class ParentAdjustedSerializer(serializers.Serializer):
+    requestedParentId = serializers.UUIDField(allow_null=True)
+    parentId = serializers.UUIDField(allow_null=True)
+    reason = serializers.ChoiceField(choices=["max_depth", "has_children"])
+
+
+class IssueWriteResultSerializer(IssueSerializer):
+    parentAdjusted = ParentAdjustedSerializer(required=False, allow_null=True)
+
+
+class CommentSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    issueId = serializers.UUIDField(source="issue_id")
+    authorType = serializers.CharField(source="author_type")
+    authorAgentId = serializers.UUIDField(source="author_agent_id", allow_null=True)
+    authorUserId = serializers.IntegerField(source="author_user_id", allow_null=True)
+    runId = serializers.UUIDField(source="run_id", allow_null=True)
+    body = serializers.CharField()
+    provenance = serializers.JSONField()
+    createdAt = serializers.DateTimeField(source="created_at")
+
+
+class RevisionSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    number = serializers.IntegerField()
+    title = serializers.CharField()
+    body = serializers.CharField()
+    authorType = serializers.CharField(source="author_type")
+    authorAgentId = serializers.UUIDField(source="author_agent_id", allow_null=True)
+    authorUserId = serializers.IntegerField(source="author_user_id", allow_null=True)
+    runId = serializers.UUIDField(source="run_id", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
+
+
+class DocumentSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    issueId = serializers.UUIDField(source="issue_id")
+    key = serializers.CharField()
+    title = serializers.CharField()
+    format = serializers.CharField()
+    body = serializers.CharField(source="latest_revision.body", default="")
+    revisionId = serializers.UUIDField(source="latest_revision_id", allow_null=True)
+    revisionNumber = serializers.IntegerField(source="revision_count")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+
+
+class InteractionSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    issueId = serializers.UUIDField(source="issue_id")
+    kind = serializers.CharField()
+    status = serializers.CharField()
+    title = serializers.CharField()
+    body = serializers.CharField()
+    payload = serializers.JSONField()
+    documentRevisionId = serializers.UUIDField(source="document_revision_id", allow_null=True)
+    createdByAgentId = serializers.UUIDField(source="created_by_agent_id", allow_null=True)
+    runId = serializers.UUIDField(source="run_id", allow_null=True)
+    response = serializers.JSONField()
+    respondedAt = serializers.DateTimeField(source="responded_at", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
+
+
+class ApprovalSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    companyId = serializers.UUIDField(source="company_id")
+    type = serializers.CharField()
+    status = serializers.CharField()
+    title = serializers.CharField()
+    payload = serializers.JSONField()
+    requestedByAgentId = serializers.UUIDField(source="requested_by_agent_id", allow_null=True)
+    decisionNote = serializers.CharField(source="decision_note")
+    decidedAt = serializers.DateTimeField(source="decided_at", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
+
+
+class RunSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    companyId = serializers.UUIDField(source="company_id")
+    agentId = serializers.UUIDField(source="agent_id")
+    issueId = serializers.UUIDField(source="issue_id", allow_null=True)
+    status = serializers.CharField()
+    invocationSource = serializers.CharField(source="invocation_source")
+    wakeReason = serializers.CharField(source="wake_reason")
+    startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
+
+
+class WakeupResultSerializer(serializers.Serializer):
+    wakeupRequestId = serializers.UUIDField(source="id")
+    status = serializers.CharField()
+    skipReason = serializers.CharField(source="skip_reason")
+    runId = serializers.UUIDField(source="run_id", allow_null=True)
+    coalesced = serializers.SerializerMethodField()
+    run = RunSerializer(allow_null=True)
+
+    def get_coalesced(self, wake) -> bool:
+        return wake.status == "coalesced"
+
+
+# --- input --------------------------------------------------------------------------------
+class IssueCreateSerializer(StrictSerializer):
+    title = serializers.CharField(max_length=500)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    status = serializers.ChoiceField(choices=IssueStatus.choices, default=IssueStatus.TODO)
+    priority = serializers.ChoiceField(choices=IssuePriority.choices, default=IssuePriority.MEDIUM)
+    parentId = serializers.UUIDField(required=False, allow_null=True)
+    projectId = serializers.UUIDField(required=False, allow_null=True)
+    goalId = serializers.UUIDField(required=False, allow_null=True)
+    assigneeAgentId = serializers.UUIDField(required=False, allow_null=True)
+    blockParentUntilDone = serializers.BooleanField(required=False, default=False)
+
+
+class IssuePatchSerializer(StrictSerializer):
+    title = serializers.CharField(max_length=500, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    status = serializers.ChoiceField(choices=IssueStatus.choices, required=False)
+    priority = serializers.ChoiceField(choices=IssuePriority.choices, required=False)
+    parentId = serializers.UUIDField(required=False, allow_null=True)
+    projectId = serializers.UUIDField(required=False, allow_null=True)
+    goalId = serializers.UUIDField(required=False, allow_null=True)
+    assigneeAgentId = serializers.UUIDField(required=False, allow_null=True)
+    comment = serializers.CharField(required=False, allow_blank=False)
+
+
+class CheckoutSerializer(StrictSerializer):
+    agentId = serializers.UUIDField()
+    expectedStatuses = serializers.ListField(child=serializers.CharField(), allow_empty=False)
+
+
+class CommentCreateSerializer(StrictSerializer):
+    body = serializers.CharField()
+
+
+class DocumentWriteSerializer(StrictSerializer):
+    body = serializers.CharField(allow_blank=True)
+    title = serializers.CharField(required=False, allow_blank=True, max_length=300)
+    format = serializers.CharField(required=False)
+    baseRevisionId = serializers.UUIDField(required=False, allow_null=True)
+
+
+class InteractionCreateSerializer(StrictSerializer):
+    kind = serializers.CharField()
+    title = serializers.CharField(max_length=300)
+    body = serializers.CharField(required=False, allow_blank=True, default="")
+    payload = serializers.DictField(required=False, default=dict)
+    documentKey = serializers.CharField(required=False)
+    documentRevisionId = serializers.UUIDField(required=False)
+
+
+class InteractionRespondSerializer(StrictSerializer):
+    status = serializers.CharField()
+    response = serializers.DictField(required=False, default=dict)
+
+
+class WakeupSerializer(StrictSerializer):
+    source = serializers.ChoiceField(choices=WakeSource.choices, default=WakeSource.ON_DEMAND)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
+    issueId = serializers.UUIDField(required=False, allow_null=True)
+    idempotencyKey = serializers.CharField(required=False, max_length=200)
+    commentIds = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
+
+
+class BlockerSerializer(StrictSerializer):
+    blockerId = serializers.UUIDField()

@@ -1,0 +1,278 @@
+"""The agent REST API (Heartbeat Protocol) and the board's use of the same endpoints.
+
+Views are thin: parse and validate, call a selector or service, serialize.
+"""
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from issues import selectors
+from issues.actors import RUN_HEADER, actor_from_request
+from issues.exceptions import Forbidden
+from issues.filtersets import IssueFilterSet, openapi_parameters
+from issues.models import Agent, Interaction, Issue
+from issues.services import checkout as checkout_services
+from issues.services import issues as issue_services
+from issues.services import runs as run_services
+from issues.services import thread as thread_services
+from issues.services.lookups import company_object
+
+from . import serializers as s
+
+ERRORS = {code: s.ErrorSerializer for code in (400, 401, 403, 404, 409, 422)}
+RUN_HEADER_PARAM = OpenApiParameter(RUN_HEADER, OpenApiTypes.UUID, OpenApiParameter.HEADER, required=False,
+                                    description="Required on agent mutations: one of the calling agent's runs.")
+LIST_PARAMS = [
+    OpenApiParameter("limit", OpenApiTypes.INT, description="Page size (default 500, max 1000)."),
+    OpenApiParameter("offset", OpenApiTypes.INT),
+]
+
+
+def parse(serializer_class, request):
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def issue_write_result(issue, adjustment, code=status.HTTP_200_OK):
+    data = s.IssueSerializer(issue).data
+    data["parentAdjusted"] = adjustment.as_dict() if adjustment else None
+    return Response(data, status=code)
+
+
+class AgentMeView(APIView):
+    @extend_schema(responses={200: s.AgentMeSerializer, **ERRORS}, operation_id="agents_me")
+    def get(self, request):
+        actor = actor_from_request(request)
+        if not actor.is_agent:
+            raise Forbidden("Only agents have an identity here; board users use the console.", code="agent_only")
+        agent = Agent.objects.select_related("company", "reports_to").get(pk=actor.agent.pk)
+        agent.chain_of_command = selectors.chain_of_command(agent)
+        return Response(s.AgentMeSerializer(agent).data)
+
+
+class CompanyIssuesView(APIView):
+    @extend_schema(
+        parameters=[*openapi_parameters(IssueFilterSet), *LIST_PARAMS],
+        responses={200: s.IssueSerializer(many=True), **ERRORS},
+        operation_id="company_issues_list",
+    )
+    def get(self, request, company_id):
+        company = actor_from_request(request).company(company_id)
+        issues = selectors.issue_list(company=company, params=request.query_params)
+        return Response(s.IssueSerializer(issues, many=True).data)
+
+    @extend_schema(request=s.IssueCreateSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={201: s.IssueWriteResultSerializer, **ERRORS}, operation_id="company_issues_create")
+    def post(self, request, company_id):
+        actor = actor_from_request(request)
+        company = actor.company(company_id)
+        data = parse(s.IssueCreateSerializer, request)
+        issue, adjustment = issue_services.issue_create(
+            actor=actor, company=company, title=data["title"], description=data["description"],
+            status=data["status"], priority=data["priority"], parent_id=data.get("parentId"),
+            project_id=data.get("projectId"), goal_id=data.get("goalId"),
+            assignee_agent_id=data.get("assigneeAgentId"), block_parent_until_done=data["blockParentUntilDone"],
+        )
+        return issue_write_result(issue, adjustment, status.HTTP_201_CREATED)
+
+
+PATCH_FIELDS = {"title": "title", "description": "description", "status": "status", "priority": "priority",
+                "parentId": "parent_id", "projectId": "project_id", "goalId": "goal_id",
+                "assigneeAgentId": "assignee_agent_id"}
+
+
+class IssueDetailView(APIView):
+    @extend_schema(responses={200: s.IssueDetailSerializer, **ERRORS}, operation_id="issues_retrieve")
+    def get(self, request, issue_id):
+        issue = selectors.issue_detail(actor=actor_from_request(request), pk=issue_id)
+        return Response(s.IssueDetailSerializer(issue).data)
+
+    @extend_schema(request=s.IssuePatchSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={200: s.IssueWriteResultSerializer, **ERRORS}, operation_id="issues_update")
+    def patch(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        data = parse(s.IssuePatchSerializer, request)
+        changes = {PATCH_FIELDS[k]: v for k, v in data.items() if k in PATCH_FIELDS}
+        issue, adjustment, _ = issue_services.issue_update(actor=actor, issue=issue, changes=changes,
+                                                           comment=data.get("comment"))
+        return issue_write_result(issue, adjustment)
+
+
+class IssueCheckoutView(APIView):
+    @extend_schema(request=s.CheckoutSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={200: s.IssueSerializer, **ERRORS}, operation_id="issues_checkout")
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        data = parse(s.CheckoutSerializer, request)
+        issue, _ = checkout_services.issue_checkout(
+            actor=actor, issue=issue, agent_id=data["agentId"], expected_statuses=data["expectedStatuses"],
+            run_header=request.headers.get(RUN_HEADER),
+        )
+        return Response(s.IssueSerializer(issue).data)
+
+
+class IssueReleaseView(APIView):
+    @extend_schema(request=None, parameters=[RUN_HEADER_PARAM], responses={200: s.IssueSerializer, **ERRORS},
+                   operation_id="issues_release")
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        return Response(s.IssueSerializer(checkout_services.issue_release(actor=actor, issue=issue)).data)
+
+
+class IssueBlockersView(APIView):
+    @extend_schema(request=s.BlockerSerializer, responses={201: s.IssueRefSerializer(many=True), **ERRORS},
+                   parameters=[RUN_HEADER_PARAM], operation_id="issues_blockers_add")
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        data = parse(s.BlockerSerializer, request)
+        if actor.is_agent:
+            actor.require_live_run()
+        blocker = company_object(Issue, issue.company_id, data["blockerId"], "blockerId")
+        issue_services.relation_add(actor=actor, blocker=blocker, blocked=issue)
+        return Response(s.IssueRefSerializer(selectors.open_blockers(issue), many=True).data, status=201)
+
+
+class IssueCommentsView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("after", OpenApiTypes.UUID, description="Return comments after this one."),
+                    *LIST_PARAMS],
+        responses={200: s.CommentSerializer(many=True), **ERRORS}, operation_id="issues_comments_list",
+    )
+    def get(self, request, issue_id):
+        issue = selectors.issue_get(actor=actor_from_request(request), pk=issue_id)
+        comments = selectors.comment_list(issue=issue, params=request.query_params)
+        return Response(s.CommentSerializer(comments, many=True).data)
+
+    @extend_schema(request=s.CommentCreateSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={201: s.CommentSerializer, **ERRORS}, operation_id="issues_comments_create")
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        data = parse(s.CommentCreateSerializer, request)
+        comment = thread_services.comment_create(actor=actor, issue=issue, body=data["body"])
+        return Response(s.CommentSerializer(comment).data, status=status.HTTP_201_CREATED)
+
+
+class IssueDocumentsView(APIView):
+    @extend_schema(responses={200: s.DocumentSerializer(many=True), **ERRORS}, operation_id="issues_documents_list")
+    def get(self, request, issue_id):
+        issue = selectors.issue_get(actor=actor_from_request(request), pk=issue_id)
+        return Response(s.DocumentSerializer(selectors.document_list(issue=issue), many=True).data)
+
+
+class IssueDocumentView(APIView):
+    @extend_schema(responses={200: s.DocumentSerializer, **ERRORS}, operation_id="issues_documents_retrieve")
+    def get(self, request, issue_id, key):
+        issue = selectors.issue_get(actor=actor_from_request(request), pk=issue_id)
+        return Response(s.DocumentSerializer(selectors.document_get(issue=issue, key=key)).data)
+
+    @extend_schema(request=s.DocumentWriteSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={200: s.DocumentSerializer, 201: s.DocumentSerializer, **ERRORS},
+                   operation_id="issues_documents_write")
+    def put(self, request, issue_id, key):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        data = parse(s.DocumentWriteSerializer, request)
+        revision = thread_services.document_write(
+            actor=actor, issue=issue, key=key, body=data["body"], title=data.get("title"),
+            format=data.get("format"), base_revision_id=data.get("baseRevisionId"),
+        )
+        document = selectors.document_get(issue=issue, key=key)
+        code = status.HTTP_201_CREATED if revision.number == 1 else status.HTTP_200_OK
+        return Response(s.DocumentSerializer(document).data, status=code)
+
+
+class IssueDocumentRevisionsView(APIView):
+    @extend_schema(responses={200: s.RevisionSerializer(many=True), **ERRORS},
+                   operation_id="issues_documents_revisions")
+    def get(self, request, issue_id, key):
+        issue = selectors.issue_get(actor=actor_from_request(request), pk=issue_id)
+        document = selectors.document_get(issue=issue, key=key)
+        return Response(s.RevisionSerializer(document.revisions.order_by("number"), many=True).data)
+
+
+class IssueInteractionsView(APIView):
+    @extend_schema(responses={200: s.InteractionSerializer(many=True), **ERRORS},
+                   operation_id="issues_interactions_list")
+    def get(self, request, issue_id):
+        issue = selectors.issue_get(actor=actor_from_request(request), pk=issue_id)
+        return Response(s.InteractionSerializer(issue.interactions.order_by("created_at"), many=True).data)
+
+    @extend_schema(request=s.InteractionCreateSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={201: s.InteractionSerializer, **ERRORS}, operation_id="issues_interactions_create")
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        data = parse(s.InteractionCreateSerializer, request)
+        interaction = thread_services.interaction_create(
+            actor=actor, issue=issue, kind=data["kind"], title=data["title"], body=data["body"],
+            payload=data["payload"], document_key=data.get("documentKey"),
+            document_revision_id=data.get("documentRevisionId"),
+        )
+        return Response(s.InteractionSerializer(interaction).data, status=status.HTTP_201_CREATED)
+
+
+class InteractionRespondView(APIView):
+    @extend_schema(request=s.InteractionRespondSerializer, responses={200: s.InteractionSerializer, **ERRORS},
+                   operation_id="interactions_respond")
+    def post(self, request, interaction_id):
+        actor = actor_from_request(request)
+        interaction = selectors.scoped_get(Interaction.objects.all(), actor, interaction_id, "Interaction")
+        data = parse(s.InteractionRespondSerializer, request)
+        interaction = thread_services.interaction_respond(actor=actor, interaction=interaction,
+                                                          status=data["status"], response=data["response"])
+        return Response(s.InteractionSerializer(interaction).data)
+
+
+class ApprovalView(APIView):
+    @extend_schema(responses={200: s.ApprovalSerializer, **ERRORS}, operation_id="approvals_retrieve")
+    def get(self, request, approval_id):
+        approval = selectors.approval_get(actor=actor_from_request(request), pk=approval_id)
+        return Response(s.ApprovalSerializer(approval).data)
+
+
+class ApprovalIssuesView(APIView):
+    @extend_schema(responses={200: s.IssueSerializer(many=True), **ERRORS}, operation_id="approvals_issues")
+    def get(self, request, approval_id):
+        approval = selectors.approval_get(actor=actor_from_request(request), pk=approval_id)
+        issues = approval.issues.select_related(*selectors.ISSUE_RELATED).order_by("priority_rank", "created_at")
+        return Response(s.IssueSerializer(issues, many=True).data)
+
+
+class AgentWakeupView(APIView):
+    @extend_schema(request=s.WakeupSerializer, responses={201: s.WakeupResultSerializer, **ERRORS},
+                   operation_id="agents_wakeup")
+    def post(self, request, agent_id):
+        actor = actor_from_request(request)
+        agent = selectors.scoped_get(Agent.objects.all(), actor, agent_id, "Agent")
+        data = parse(s.WakeupSerializer, request)
+        if actor.is_agent and actor.agent.pk != agent.pk:
+            actor.require_live_run()  # waking another agent is a mutation made from a run
+        issue = company_object(Issue, agent.company_id, data.get("issueId"), "issueId")
+        wake = run_services.agent_wakeup(
+            actor=actor, agent=agent, source=data["source"], reason=data["reason"], issue=issue,
+            idempotency_key=data.get("idempotencyKey"), comment_ids=[str(c) for c in data["commentIds"]],
+        )
+        return Response(s.WakeupResultSerializer(wake).data, status=status.HTTP_201_CREATED)
+
+
+class RunDetailView(APIView):
+    @extend_schema(responses={200: s.RunSerializer, **ERRORS}, operation_id="runs_retrieve")
+    def get(self, request, run_id):
+        return Response(s.RunSerializer(selectors.run_get(actor=actor_from_request(request), pk=run_id)).data)
+
+
+class CompanyListView(APIView):
+    @extend_schema(responses={200: s.CompanyBriefSerializer(many=True), **ERRORS}, operation_id="companies_list")
+    def get(self, request):
+        from issues.models import Company
+
+        return Response(s.CompanyBriefSerializer(
+            Company.objects.filter(pk__in=actor_from_request(request).company_ids), many=True).data)

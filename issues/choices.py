@@ -1,0 +1,179 @@
+from django.db import models
+
+
+class CompanyStatus(models.TextChoices):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    ARCHIVED = "archived"
+
+
+class MemberRole(models.TextChoices):
+    OWNER = "owner"
+    ADMIN = "admin"
+    OPERATOR = "operator"
+    VIEWER = "viewer"
+
+
+# Roles that may change things; viewers only read.
+WRITE_ROLES = (MemberRole.OWNER, MemberRole.ADMIN, MemberRole.OPERATOR)
+
+
+class AgentRole(models.TextChoices):
+    CEO = "ceo"
+    CTO = "cto"
+    CMO = "cmo"
+    CFO = "cfo"
+    ENGINEER = "engineer"
+    DESIGNER = "designer"
+    PM = "pm"
+    QA = "qa"
+    DEVOPS = "devops"
+    RESEARCHER = "researcher"
+    GENERAL = "general"
+
+
+class AgentStatus(models.TextChoices):
+    ACTIVE = "active"
+    IDLE = "idle"
+    RUNNING = "running"
+    PAUSED = "paused"
+    ERROR = "error"
+    TERMINATED = "terminated"
+
+
+class AdapterType(models.TextChoices):
+    PROCESS = "process"
+    HTTP = "http"
+    NONE = "none"
+
+
+class IssueStatus(models.TextChoices):
+    BACKLOG = "backlog"
+    TODO = "todo"
+    IN_PROGRESS = "in_progress"
+    IN_REVIEW = "in_review"
+    BLOCKED = "blocked"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_ISSUE_STATUSES = (IssueStatus.DONE, IssueStatus.CANCELLED)
+# What a checkout may claim from (Heartbeat Protocol step 5).
+CHECKOUT_FROM_STATUSES = (IssueStatus.TODO, IssueStatus.BACKLOG, IssueStatus.BLOCKED, IssueStatus.IN_REVIEW)
+
+
+class IssuePriority(models.TextChoices):
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+PRIORITY_RANK = {IssuePriority.CRITICAL: 0, IssuePriority.HIGH: 1, IssuePriority.MEDIUM: 2, IssuePriority.LOW: 3}
+
+
+class OriginKind(models.TextChoices):
+    MANUAL = "manual"
+    AGENT = "agent"
+    CONNECTOR = "connector"
+    CASE = "case"
+    ROUTINE = "routine"
+
+
+class RelationKind(models.TextChoices):
+    BLOCKS = "blocks"
+
+
+class AuthorType(models.TextChoices):
+    USER = "user"
+    AGENT = "agent"
+    SYSTEM = "system"
+    EXTERNAL = "external"
+
+
+class DocumentFormat(models.TextChoices):
+    MARKDOWN = "markdown"
+    TEXT = "text"
+    JSON = "json"
+
+
+class WorkProductKind(models.TextChoices):
+    PULL_REQUEST = "pull_request"
+    BRANCH = "branch"
+    ARTIFACT = "artifact"
+    DOCUMENT = "document"
+
+
+class InteractionKind(models.TextChoices):
+    REQUEST_CONFIRMATION = "request_confirmation"
+    ASK_QUESTION = "ask_question"
+    CHOOSE_TASKS = "choose_tasks"
+
+
+class InteractionStatus(models.TextChoices):
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    ANSWERED = "answered"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+class ApprovalType(models.TextChoices):
+    HIRE_AGENT = "hire_agent"
+    APPROVE_STRATEGY = "approve_ceo_strategy"
+    GENERIC = "generic"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"
+    REVISION_REQUESTED = "revision_requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    SCHEDULED_RETRY = "scheduled_retry"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+LIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.SCHEDULED_RETRY, RunStatus.RUNNING)
+TERMINAL_RUN_STATUSES = (
+    RunStatus.SUCCEEDED,
+    RunStatus.INTERRUPTED,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.TIMED_OUT,
+)
+
+
+class WakeSource(models.TextChoices):
+    TIMER = "timer"
+    ASSIGNMENT = "assignment"
+    ON_DEMAND = "on_demand"
+    AUTOMATION = "automation"
+    CONNECTOR = "connector"
+
+
+class WakeStatus(models.TextChoices):
+    QUEUED = "queued"
+    DEFERRED_ISSUE_EXECUTION = "deferred_issue_execution"
+    CLAIMED = "claimed"
+    COALESCED = "coalesced"
+    SKIPPED = "skipped"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ActorType(models.TextChoices):
+    USER = "user"
+    AGENT = "agent"
+    SYSTEM = "system"

@@ -1,0 +1,17 @@
+"""Domain events the issues app announces; other apps subscribe in AppConfig.ready().
+
+``issues`` never imports ``cases`` or ``connectors``: it sends these signals from services
+(on commit, so subscribers never see a rolled-back change).
+"""
+from django.db import transaction
+from django.dispatch import Signal
+
+issue_created = Signal()  # issue, actor
+issue_updated = Signal()  # issue, actor, changes
+issue_checked_out = Signal()  # issue, actor, run
+comment_created = Signal()  # comment, actor
+run_finished = Signal()  # run
+
+
+def announce(signal: Signal, **kwargs):
+    transaction.on_commit(lambda: signal.send(sender=None, **kwargs))

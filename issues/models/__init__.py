@@ -1,0 +1,28 @@
+from .activity import ActivityLog
+from .agent import Agent, AgentApiKey
+from .approval import Approval, ApprovalIssue
+from .company import Company, Goal, Membership, Project
+from .issue import Issue, IssueRelation
+from .run import HeartbeatRun, WakeupRequest
+from .thread import Comment, Document, DocumentRevision, Interaction, WorkProduct
+
+__all__ = [
+    "ActivityLog",
+    "Agent",
+    "AgentApiKey",
+    "Approval",
+    "ApprovalIssue",
+    "Comment",
+    "Company",
+    "Document",
+    "DocumentRevision",
+    "Goal",
+    "HeartbeatRun",
+    "Interaction",
+    "Issue",
+    "IssueRelation",
+    "Membership",
+    "Project",
+    "WakeupRequest",
+    "WorkProduct",
+]

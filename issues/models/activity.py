@@ -1,0 +1,32 @@
+from django.conf import settings
+from django.db import models
+
+from issues.choices import ActorType
+
+from .base import choices_check
+from .company import Company
+
+
+class ActivityLog(models.Model):
+    """Append-only audit trail: one row per mutation."""
+
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="activity")
+    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
+    actor_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=64, db_index=True)
+    entity_type = models.CharField(max_length=32)
+    entity_id = models.CharField(max_length=64, db_index=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "activity log"
+        constraints = [choices_check("actor_type", ActorType, "activity_actor_type_valid")]
+
+    def __str__(self):
+        return f"{self.action} {self.entity_type}:{self.entity_id}"

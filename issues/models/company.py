@@ -1,0 +1,83 @@
+from django.conf import settings
+from django.db import models
+from django.db.models.functions import Lower
+
+from issues.choices import CompanyStatus, MemberRole
+
+from .base import UUIDModel, choices_check
+
+
+class Company(UUIDModel):
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    issue_prefix = models.CharField(max_length=10, unique=True, help_text="Identifier prefix, e.g. PAP for PAP-12.")
+    issue_counter = models.PositiveIntegerField(default=0, help_text="Last issue number handed out.")
+    status = models.CharField(max_length=16, choices=CompanyStatus.choices, default=CompanyStatus.ACTIVE)
+    enable_cases = models.BooleanField(default=False, help_text="Feature flag: cases and workflow definitions.")
+    budget_monthly_cents = models.PositiveIntegerField(default=0)
+    spent_monthly_cents = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name_plural = "companies"
+        ordering = ["name"]
+        constraints = [
+            choices_check("status", CompanyStatus, "company_status_valid"),
+            models.CheckConstraint(
+                condition=models.Q(issue_prefix__regex=r"^[A-Z][A-Z0-9]{1,9}$"), name="company_prefix_format"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.issue_prefix})"
+
+
+class Membership(models.Model):
+    """A board user's role in one company."""
+
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=MemberRole.choices, default=MemberRole.OPERATOR)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["company", "user"], name="membership_unique_user_company"),
+            choices_check("role", MemberRole, "membership_role_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.user} · {self.role} @ {self.company.issue_prefix}"
+
+
+class Project(UUIDModel):
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="projects")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=32, default="active")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(Lower("name"), "company", name="project_name_unique_per_company"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Goal(UUIDModel):
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="goals")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    title = models.CharField(max_length=300)
+    description = models.TextField(blank=True)
+    level = models.CharField(max_length=16, default="company")
+    status = models.CharField(max_length=32, default="active")
+
+    class Meta:
+        ordering = ["title"]
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(parent=models.F("id")), name="goal_not_own_parent"),
+        ]
+
+    def __str__(self):
+        return self.title

@@ -1,0 +1,150 @@
+"""Reads shared by the API, the console and the templates. Everything is company-scoped."""
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db.models import Q
+
+from issues.actors import Actor
+from issues.exceptions import InvalidInput, NotFound
+from issues.filtersets import IssueFilterSet
+from issues.models import Approval, Comment, Document, HeartbeatRun, Issue
+
+ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")
+
+
+def issue_get(*, actor: Actor, pk) -> Issue:
+    """By UUID or by identifier (``PAP-12``)."""
+    qs = Issue.objects.select_related(*ISSUE_RELATED)
+    if "-" in str(pk) and len(str(pk)) < 25:
+        return scoped_get(qs, actor, str(pk).upper(), "Issue", field="identifier")
+    return scoped_get(qs, actor, pk, "Issue")
+
+
+def issue_detail(*, actor: Actor, pk) -> Issue:
+    issue = issue_get(actor=actor, pk=pk)
+    issue.ancestors = ancestors(issue)
+    issue.blocked_by = open_blockers(issue)
+    return issue
+
+
+def ancestors(issue: Issue) -> list[Issue]:
+    """Parent chain, nearest first (one query per level; trees are shallow)."""
+    chain, seen, node = [], {issue.pk}, issue.parent
+    while node is not None and node.pk not in seen:
+        chain.append(node)
+        seen.add(node.pk)
+        node = node.parent
+    return chain
+
+
+def open_blockers(issue: Issue) -> list[Issue]:
+    return list(
+        Issue.objects.filter(outgoing_relations__related_issue=issue, outgoing_relations__kind="blocks")
+        .exclude(status="done")
+        .order_by("created_at")
+    )
+
+
+def chain_of_command(agent) -> list:
+    chain, seen, node = [], {agent.pk}, agent.reports_to
+    while node is not None and node.pk not in seen:
+        chain.append(node)
+        seen.add(node.pk)
+        node = node.reports_to
+    return chain
+
+
+def approval_get(*, actor: Actor, pk) -> Approval:
+    return scoped_get(Approval.objects.all(), actor, pk, "Approval")
+
+
+def run_get(*, actor: Actor, pk) -> HeartbeatRun:
+    qs = HeartbeatRun.objects.select_related("agent", "issue")
+    if actor.is_agent:
+        qs = qs.filter(agent=actor.agent)
+    return scoped_get(qs, actor, pk, "Run")
+
+
+def scoped_get(queryset, actor, pk, label, field="pk"):
+    """One object of a company the actor belongs to; anything else is a 404."""
+    ids = actor.company_ids
+    if ids is not None:
+        queryset = queryset.filter(company_id__in=ids)
+    try:
+        return queryset.get(**{field: pk})
+    except (queryset.model.DoesNotExist, ValidationError, ValueError):
+        raise NotFound(f"{label} not found.")
+
+
+def list_window(params) -> tuple[int, int]:
+    """limit/offset from query parameters, bounded by settings."""
+    errors = {}
+    limit = settings.PAPERCLIP["API_LIST_DEFAULT_LIMIT"]
+    offset = 0
+    for name in ("limit", "offset"):
+        raw = params.get(name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw)
+            if value < 0 or (name == "limit" and value == 0):
+                raise ValueError
+        except ValueError:
+            errors[name] = ["Must be a positive integer."]
+            continue
+        if name == "limit":
+            limit = min(value, settings.PAPERCLIP["API_LIST_MAX_LIMIT"])
+        else:
+            offset = value
+    if errors:
+        raise InvalidInput(details=errors)
+    return limit, offset
+
+
+def issue_filterset(*, company, params) -> IssueFilterSet:
+    return IssueFilterSet(
+        data=params,
+        queryset=Issue.objects.filter(company=company).select_related(*ISSUE_RELATED).order_by(
+            "priority_rank", "created_at", "id"
+        ),
+    )
+
+
+def issue_list(*, company, params):
+    """The inbox / issue list: the FilterSet's query, sorted by priority then age."""
+    filterset = issue_filterset(company=company, params=params)
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    return filterset.qs[offset: offset + limit]
+
+
+def comment_list(*, issue: Issue, params):
+    qs = Comment.objects.filter(issue=issue).select_related("author_agent", "author_user").order_by("created_at", "id")
+    after = params.get("after")
+    if after:
+        anchor = Comment.objects.filter(issue=issue, pk=_uuid_or_error(after, "after")).first()
+        if anchor is None:
+            raise InvalidInput(details={"after": ["No such comment on this issue."]})
+        qs = qs.filter(Q(created_at__gt=anchor.created_at) | Q(created_at=anchor.created_at, id__gt=anchor.id))
+    limit, _ = list_window(params)
+    return qs[:limit]
+
+
+def document_list(*, issue: Issue):
+    return Document.objects.select_related("latest_revision").filter(issue=issue).order_by("key")
+
+
+def document_get(*, issue: Issue, key: str) -> Document:
+    document = Document.objects.select_related("latest_revision").filter(issue=issue, key=key).first()
+    if document is None:
+        raise NotFound("Document not found.")
+    return document
+
+
+def _uuid_or_error(value, field):
+    import uuid
+
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidInput(details={field: ["Must be a UUID."]})

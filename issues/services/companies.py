@@ -1,0 +1,69 @@
+from django.db import IntegrityError, transaction
+
+from issues.actors import SYSTEM, Actor
+from issues.choices import AgentRole, MemberRole
+from issues.exceptions import Conflict, InvalidInput
+from issues.models import Agent, AgentApiKey, Company, Membership
+from issues.models.agent import hash_key
+
+from .activity import activity_record
+
+
+def company_create(*, name: str, issue_prefix: str, enable_cases: bool = False, actor: Actor = SYSTEM) -> Company:
+    prefix = issue_prefix.strip().upper()
+    with transaction.atomic():
+        if Company.objects.filter(issue_prefix=prefix).exists():
+            raise Conflict("That issue prefix is taken.", code="prefix_taken", details={"prefix": [prefix]})
+        company = Company.objects.create(name=name, issue_prefix=prefix, enable_cases=enable_cases)
+        activity_record(actor=actor, company_id=company.id, action="company.created", entity_type="company",
+                        entity_id=company.id, details={"name": name, "prefix": prefix})
+    return company
+
+
+def membership_set(*, company: Company, user, role: str = MemberRole.OWNER, actor: Actor = SYSTEM) -> Membership:
+    with transaction.atomic():
+        membership, _ = Membership.objects.update_or_create(company=company, user=user, defaults={"role": role})
+        activity_record(actor=actor, company_id=company.id, action="membership.set", entity_type="membership",
+                        entity_id=membership.id, details={"user": user.get_username(), "role": role})
+    return membership
+
+
+def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, title: str = "",
+                 reports_to: Agent | None = None, adapter_type: str = "none", adapter_config=None,
+                 runtime_config=None, budget_monthly_cents: int = 0, actor: Actor = SYSTEM) -> Agent:
+    if role not in AgentRole.values:
+        raise InvalidInput(details={"role": [f"'{role}' is not one of {', '.join(AgentRole.values)}."]})
+    try:
+        with transaction.atomic():
+            agent = Agent.objects.create(
+                company=company, name=name, role=role, title=title, reports_to=reports_to,
+                adapter_type=adapter_type, adapter_config=adapter_config or {},
+                runtime_config=runtime_config or {}, budget_monthly_cents=budget_monthly_cents,
+            )
+            activity_record(actor=actor, company_id=company.id, action="agent.created", entity_type="agent",
+                            entity_id=agent.id, details={"name": name, "role": role})
+    except IntegrityError:
+        raise Conflict("An agent with that name exists in this company.", code="agent_name_taken",
+                       details={"name": [name]})
+    return agent
+
+
+def agent_api_key_create(*, agent: Agent, name: str = "default", actor: Actor = SYSTEM) -> tuple[AgentApiKey, str]:
+    """Returns the key row and the raw key; the raw key is shown once and never stored."""
+    raw = AgentApiKey.generate()
+    with transaction.atomic():
+        key = AgentApiKey.objects.create(agent=agent, name=name, prefix=raw[:12], key_hash=hash_key(raw))
+        activity_record(actor=actor, company_id=agent.company_id, action="agent_key.created",
+                        entity_type="agent_api_key", entity_id=key.id, details={"prefix": key.prefix})
+    return key, raw
+
+
+def agent_api_key_revoke(*, key: AgentApiKey, actor: Actor = SYSTEM) -> AgentApiKey:
+    from django.utils import timezone
+
+    with transaction.atomic():
+        AgentApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        key.refresh_from_db()
+        activity_record(actor=actor, company_id=key.agent.company_id, action="agent_key.revoked",
+                        entity_type="agent_api_key", entity_id=key.id, details={"prefix": key.prefix})
+    return key

@@ -1,0 +1,299 @@
+"""Issue creation and updates, including the two-level agent task tree (seed 004)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from issues import events
+from issues.actors import Actor
+from issues.choices import PRIORITY_RANK, IssuePriority, IssueStatus, OriginKind, RelationKind
+from issues.exceptions import InvalidInput, NotCheckoutOwner, Unprocessable
+from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
+
+from .activity import activity_record
+from .lookups import company_object
+
+LOCK_FIELDS = {"checkout_run": None, "execution_run": None, "execution_locked_at": None}
+
+
+@dataclass
+class ParentAdjustment:
+    requested_parent_id: object
+    parent_id: object
+    reason: str  # "max_depth" | "has_children"
+
+    def as_dict(self):
+        return {
+            "requestedParentId": str(self.requested_parent_id) if self.requested_parent_id else None,
+            "parentId": str(self.parent_id) if self.parent_id else None,
+            "reason": self.reason,
+        }
+
+
+def _depth(issue: Issue | None) -> int:
+    """1 for a top-level issue; walks parents (bounded by the tree's height)."""
+    depth = 0
+    seen = set()
+    while issue is not None and issue.pk not in seen:
+        seen.add(issue.pk)
+        depth += 1
+        issue = issue.parent
+    return depth
+
+
+def _agent_parent(requested: Issue | None) -> tuple[Issue | None, ParentAdjustment | None]:
+    """An agent nests at most parent + child: a grandchild goes beside the requester."""
+    max_depth = settings.PAPERCLIP["MAX_AGENT_TASK_DEPTH"]
+    if requested is None or _depth(requested) < max_depth:
+        return requested, None
+    placed = requested.parent
+    return placed, ParentAdjustment(requested.pk, placed.pk if placed else None, "max_depth")
+
+
+def ensure_owning_run(actor: Actor, issue: Issue):
+    """Agent writes to an in-progress issue need the run that checked it out; board users bypass."""
+    if not actor.is_agent:
+        return
+    run = actor.require_live_run()
+    if issue.status == IssueStatus.IN_PROGRESS and run.pk not in (issue.checkout_run_id, issue.execution_run_id):
+        raise NotCheckoutOwner(details={
+            "issueId": str(issue.pk),
+            "checkoutRunId": str(issue.checkout_run_id) if issue.checkout_run_id else None,
+            "assigneeAgentId": str(issue.assignee_agent_id) if issue.assignee_agent_id else None,
+        })
+
+
+def _status_timestamps(issue: Issue, new_status: str, now):
+    if new_status == IssueStatus.DONE:
+        issue.completed_at = now
+    elif new_status == IssueStatus.CANCELLED:
+        issue.cancelled_at = now
+    else:
+        issue.completed_at = issue.cancelled_at = None
+    if new_status != IssueStatus.IN_PROGRESS:
+        for name, value in LOCK_FIELDS.items():
+            setattr(issue, name, value)
+
+
+def issue_create(
+    *,
+    actor: Actor,
+    company: Company,
+    title: str,
+    description: str = "",
+    status: str = IssueStatus.TODO,
+    priority: str = IssuePriority.MEDIUM,
+    parent_id=None,
+    project_id=None,
+    goal_id=None,
+    assignee_agent_id=None,
+    block_parent_until_done: bool = False,
+    origin_kind: str | None = None,
+    origin_id: str = "",
+) -> tuple[Issue, ParentAdjustment | None]:
+    actor.ensure_can_write(company.pk)
+    if status == IssueStatus.IN_PROGRESS:
+        raise Unprocessable("Issues start work through checkout, not by creation in progress.",
+                            code="use_checkout", details={"status": ["in_progress is reached by checkout."]})
+    run = actor.require_live_run() if actor.is_agent else None
+    with transaction.atomic():
+        requested = company_object(Issue, company.pk, parent_id, "parentId")
+        parent, adjustment = (_agent_parent(requested) if actor.is_agent else (requested, None))
+        project = company_object(Project, company.pk, project_id, "projectId")
+        goal = company_object(Goal, company.pk, goal_id, "goalId")
+        assignee = company_object(Agent, company.pk, assignee_agent_id, "assigneeAgentId")
+        if goal is None and parent is not None:
+            goal = parent.goal
+        if project is None and parent is not None:
+            project = parent.project
+
+        locked = Company.objects.select_for_update().get(pk=company.pk)
+        locked.issue_counter = F("issue_counter") + 1
+        locked.save(update_fields=["issue_counter"])
+        locked.refresh_from_db(fields=["issue_counter"])
+        number = locked.issue_counter
+
+        origin_issue = None
+        if actor.is_agent:
+            origin_issue = (run.issue if run.issue_id else None) or requested
+        issue = Issue.objects.create(
+            company=company,
+            number=number,
+            identifier=f"{company.issue_prefix}-{number}",
+            title=title,
+            description=description,
+            status=status,
+            priority=priority,
+            priority_rank=PRIORITY_RANK[priority],
+            parent=parent,
+            project=project,
+            goal=goal,
+            assignee_agent=assignee,
+            created_by_agent=actor.agent,
+            created_by_user=actor.user if actor.is_board else None,
+            origin_issue=origin_issue,
+            origin_kind=origin_kind or (OriginKind.AGENT if actor.is_agent else OriginKind.MANUAL),
+            origin_id=origin_id,
+            origin_run=run,
+            completed_at=timezone.now() if status == IssueStatus.DONE else None,
+            cancelled_at=timezone.now() if status == IssueStatus.CANCELLED else None,
+        )
+        details = {"identifier": issue.identifier, "title": title, "status": status}
+        if adjustment:
+            details["parentAdjusted"] = adjustment.as_dict()
+        activity_record(actor=actor, company_id=company.pk, action="issue.created", entity_type="issue",
+                        entity_id=issue.pk, details=details)
+        if block_parent_until_done and requested is not None:
+            _block_until_done(actor=actor, blocker=issue, blocked=requested)
+        events.announce(events.issue_created, issue=issue, actor=actor)
+    return issue, adjustment
+
+
+def _block_until_done(*, actor: Actor, blocker: Issue, blocked: Issue):
+    IssueRelation.objects.get_or_create(company_id=blocked.company_id, issue=blocker, related_issue=blocked,
+                                        kind=RelationKind.BLOCKS)
+    blocked = Issue.objects.select_for_update().get(pk=blocked.pk)
+    if blocked.status not in (IssueStatus.DONE, IssueStatus.CANCELLED, IssueStatus.BLOCKED):
+        previous = blocked.status
+        _status_timestamps(blocked, IssueStatus.BLOCKED, timezone.now())
+        blocked.status = IssueStatus.BLOCKED
+        blocked.save()
+        activity_record(actor=actor, company_id=blocked.company_id, action="issue.updated", entity_type="issue",
+                        entity_id=blocked.pk, details={"changes": {"status": [previous, IssueStatus.BLOCKED]},
+                                                        "blockedBy": str(blocker.pk)})
+
+
+def relation_add(*, actor: Actor, blocker: Issue, blocked: Issue) -> IssueRelation:
+    actor.ensure_can_write(blocked.company_id)
+    if blocker.company_id != blocked.company_id:
+        raise InvalidInput(details={"blockerId": ["Blockers must belong to the same company."]})
+    with transaction.atomic():
+        relation, created = IssueRelation.objects.get_or_create(
+            company_id=blocked.company_id, issue=blocker, related_issue=blocked, kind=RelationKind.BLOCKS
+        )
+        if created:
+            activity_record(actor=actor, company_id=blocked.company_id, action="issue.relation_added",
+                            entity_type="issue", entity_id=blocked.pk,
+                            details={"kind": "blocks", "blockerId": str(blocker.pk)})
+    return relation
+
+
+def _is_descendant(candidate: Issue, ancestor_id) -> bool:
+    node, seen = candidate, set()
+    while node is not None and node.pk not in seen:
+        if node.pk == ancestor_id:
+            return True
+        seen.add(node.pk)
+        node = node.parent
+    return False
+
+
+UPDATABLE = {"title", "description", "status", "priority", "assignee_agent_id", "parent_id", "project_id", "goal_id"}
+
+
+def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | None = None):
+    """Apply a PATCH. Returns (issue, parent_adjustment, comment)."""
+    from .thread import comment_create
+
+    unknown = set(changes) - UPDATABLE
+    if unknown:
+        raise InvalidInput(details={name: ["Unknown field."] for name in unknown})
+    actor.ensure_can_write(issue.company_id)
+    with transaction.atomic():
+        issue = Issue.objects.select_for_update().select_related("parent").get(pk=issue.pk)
+        ensure_owning_run(actor, issue)
+        now = timezone.now()
+        diff, adjustment = {}, None
+
+        def set_field(name, value, shown=None):
+            old = getattr(issue, name)
+            if old != value:
+                diff[name.removesuffix("_id")] = [_shown(old), _shown(shown if shown is not None else value)]
+                setattr(issue, name, value)
+
+        for name in ("title", "description"):
+            if name in changes:
+                set_field(name, changes[name])
+        if "priority" in changes:
+            set_field("priority", changes["priority"])
+            issue.priority_rank = PRIORITY_RANK[issue.priority]
+        if "project_id" in changes:
+            project = company_object(Project, issue.company_id, changes["project_id"], "projectId")
+            set_field("project_id", project.pk if project else None)
+        if "goal_id" in changes:
+            goal = company_object(Goal, issue.company_id, changes["goal_id"], "goalId")
+            set_field("goal_id", goal.pk if goal else None)
+        if "parent_id" in changes:
+            adjustment = _apply_parent_change(actor, issue, changes["parent_id"], set_field)
+        reassigned = False
+        if "assignee_agent_id" in changes:
+            agent = company_object(Agent, issue.company_id, changes["assignee_agent_id"], "assigneeAgentId")
+            new_id = agent.pk if agent else None
+            reassigned = new_id != issue.assignee_agent_id
+            set_field("assignee_agent_id", new_id)
+            if reassigned:
+                issue.assignee_user = None
+        new_status = changes.get("status")
+        if new_status is None and reassigned and issue.status == IssueStatus.IN_PROGRESS:
+            new_status = IssueStatus.TODO  # a new owner starts with a fresh checkout
+        if new_status is not None and new_status != issue.status:
+            if new_status == IssueStatus.IN_PROGRESS and actor.is_agent:
+                raise Unprocessable("Agents start work with checkout, never by PATCHing in_progress.",
+                                    code="use_checkout", details={"status": ["Use POST /checkout."]})
+            _status_timestamps(issue, new_status, now)
+            set_field("status", new_status)
+        elif reassigned:
+            issue.checkout_run = issue.execution_run = issue.execution_locked_at = None
+        if issue.status == IssueStatus.IN_PROGRESS and issue.assignee_agent_id is None and issue.assignee_user_id is None:
+            raise Unprocessable("An issue in progress needs an assignee.", code="assignee_required",
+                                details={"assigneeAgentId": ["Required while the issue is in progress."]})
+        if issue.status == IssueStatus.IN_PROGRESS and actor.is_board and issue.checkout_run_id is None and "status" in diff:
+            issue.started_at = issue.started_at or now
+        created_comment = None
+        if diff:
+            try:
+                with transaction.atomic():
+                    issue.save()
+            except IntegrityError as exc:
+                raise Unprocessable("The change violates an issue invariant.", code="invariant_violation",
+                                    details={"non_field_errors": [str(exc).splitlines()[0]]})
+            details = {"changes": diff}
+            if adjustment:
+                details["parentAdjusted"] = adjustment.as_dict()
+            activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
+                            entity_id=issue.pk, details=details)
+            events.announce(events.issue_updated, issue=issue, actor=actor, changes=diff)
+        elif adjustment:
+            activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
+                            entity_id=issue.pk, details={"changes": {}, "parentAdjusted": adjustment.as_dict()})
+        if comment:
+            created_comment = comment_create(actor=actor, issue=issue, body=comment, _locked=True)
+    return issue, adjustment, created_comment
+
+
+def _apply_parent_change(actor, issue, parent_id, set_field):
+    requested = company_object(Issue, issue.company_id, parent_id, "parentId")
+    if requested is not None and _is_descendant(requested, issue.pk):
+        raise Unprocessable("An issue cannot move under itself or its own descendant.", code="parent_cycle",
+                            details={"parentId": ["Would create a cycle."]})
+    if actor.is_agent:
+        if requested is not None and issue.children.exists():
+            # Moving a subtree would deepen it past two levels: only the parent change is skipped.
+            if requested.pk != issue.parent_id:
+                return ParentAdjustment(requested.pk, issue.parent_id, "has_children")
+            return None
+        placed, adjustment = _agent_parent(requested)
+        set_field("parent_id", placed.pk if placed else None)
+        return adjustment
+    set_field("parent_id", requested.pk if requested else None)
+    return None
+
+
+def _shown(value):
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)

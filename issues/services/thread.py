@@ -1,0 +1,183 @@
+"""Comments, revisioned documents and interactions on an issue."""
+from __future__ import annotations
+
+import re
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from issues import events
+from issues.actors import Actor
+from issues.choices import AuthorType, DocumentFormat, InteractionKind, InteractionStatus
+from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, StaleRevision
+from issues.models import Comment, Document, DocumentRevision, Interaction, Issue
+
+from .activity import activity_record
+from .issues import ensure_owning_run
+
+DOCUMENT_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def _author(actor: Actor) -> dict:
+    return {
+        "author_type": AuthorType.AGENT if actor.is_agent else (AuthorType.USER if actor.is_board else AuthorType.SYSTEM),
+        "author_agent": actor.agent,
+        "author_user": actor.user if actor.is_board else None,
+        "run": actor.run if actor.is_agent else None,
+    }
+
+
+def _lock_for_write(actor: Actor, issue: Issue) -> Issue:
+    actor.ensure_can_write(issue.company_id)
+    issue = Issue.objects.select_for_update().get(pk=issue.pk)
+    ensure_owning_run(actor, issue)
+    return issue
+
+
+def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | None = None,
+                   author_type: str | None = None, _locked: bool = False) -> Comment:
+    if not body or not body.strip():
+        raise InvalidInput(details={"body": ["This field may not be blank."]})
+    with transaction.atomic():
+        if not _locked:
+            issue = _lock_for_write(actor, issue)
+        fields = _author(actor)
+        if author_type:
+            fields["author_type"] = author_type
+        comment = Comment.objects.create(company_id=issue.company_id, issue=issue, body=body,
+                                         provenance=provenance or {}, **fields)
+        activity_record(actor=actor, company_id=issue.company_id, action="comment.created", entity_type="issue",
+                        entity_id=issue.pk, details={"commentId": str(comment.pk)})
+        events.announce(events.comment_created, comment=comment, actor=actor)
+    return comment
+
+
+def _revision_details(document: Document) -> dict:
+    rev = document.latest_revision
+    return {"key": [document.key], "currentRevisionId": str(rev.pk) if rev else None,
+            "currentRevisionNumber": rev.number if rev else 0}
+
+
+def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: str | None = None,
+                   format: str | None = None, base_revision_id=None) -> DocumentRevision:
+    """Write a new revision. ``base_revision_id`` must name the latest revision (None for a new
+    document); anything else is a 409 carrying the current revision so the writer can merge."""
+    if not DOCUMENT_KEY.match(key or ""):
+        raise InvalidInput(details={"key": ["Use 1-64 characters: lowercase letters, digits, '-' and '_'."]})
+    if format is not None and format not in DocumentFormat.values:
+        raise InvalidInput(details={"format": [f"'{format}' is not one of {', '.join(DocumentFormat.values)}."]})
+    try:
+        with transaction.atomic():
+            issue = _lock_for_write(actor, issue)
+            document = Document.objects.select_for_update().select_related("latest_revision").filter(
+                issue=issue, key=key).first()
+            if document is None:
+                if base_revision_id:
+                    raise StaleRevision("The document does not exist yet; write it without a base revision.",
+                                        details={"key": [key], "currentRevisionId": None,
+                                                 "currentRevisionNumber": 0})
+                document = Document.objects.create(company_id=issue.company_id, issue=issue, key=key,
+                                                   title=title or "", format=format or DocumentFormat.MARKDOWN)
+            elif str(base_revision_id or "") != str(document.latest_revision_id or ""):
+                raise StaleRevision(details=_revision_details(document))
+            number = document.revision_count + 1
+            revision = DocumentRevision.objects.create(
+                document=document, number=number, title=title if title is not None else document.title,
+                body=body, **_author(actor),
+            )
+            document.latest_revision = revision
+            document.revision_count = number
+            if title is not None:
+                document.title = title
+            if format is not None:
+                document.format = format
+            document.save()
+            activity_record(actor=actor, company_id=issue.company_id, action="document.revised",
+                            entity_type="issue", entity_id=issue.pk,
+                            details={"key": key, "revisionId": str(revision.pk), "revisionNumber": number})
+    except IntegrityError:
+        # Two first writes raced on (issue, key): the loser sees a stale base.
+        raise StaleRevision("The document was created concurrently.", details={"key": [key]})
+    return revision
+
+
+def interaction_create(*, actor: Actor, issue: Issue, kind: str, title: str, body: str = "",
+                       payload: dict | None = None, document_key: str | None = None,
+                       document_revision_id=None) -> Interaction:
+    if kind not in InteractionKind.values:
+        raise InvalidInput(details={"kind": [f"'{kind}' is not one of {', '.join(InteractionKind.values)}."]})
+    if not title or not title.strip():
+        raise InvalidInput(details={"title": ["This field may not be blank."]})
+    with transaction.atomic():
+        issue = _lock_for_write(actor, issue)
+        revision = None
+        if document_revision_id:
+            revision = DocumentRevision.objects.filter(pk=document_revision_id, document__issue=issue).first()
+            if revision is None:
+                raise NotFound("Document revision not found on this issue.",
+                               details={"documentRevisionId": ["No such revision on this issue."]})
+        elif document_key:
+            document = Document.objects.filter(issue=issue, key=document_key).select_related("latest_revision").first()
+            if document is None or document.latest_revision is None:
+                raise NotFound("Document not found on this issue.", details={"documentKey": ["No such document."]})
+            revision = document.latest_revision
+        interaction = Interaction.objects.create(
+            company_id=issue.company_id, issue=issue, kind=kind, title=title, body=body, payload=payload or {},
+            document_revision=revision, created_by_agent=actor.agent,
+            created_by_user=actor.user if actor.is_board else None, run=actor.run if actor.is_agent else None,
+        )
+        activity_record(actor=actor, company_id=issue.company_id, action="interaction.created",
+                        entity_type="issue", entity_id=issue.pk,
+                        details={"interactionId": str(interaction.pk), "kind": kind,
+                                 "documentRevisionId": str(revision.pk) if revision else None})
+    return interaction
+
+
+RESPONSES = {
+    InteractionKind.REQUEST_CONFIRMATION: (InteractionStatus.ACCEPTED, InteractionStatus.REJECTED),
+    InteractionKind.ASK_QUESTION: (InteractionStatus.ANSWERED, InteractionStatus.REJECTED),
+    InteractionKind.CHOOSE_TASKS: (InteractionStatus.ANSWERED, InteractionStatus.REJECTED),
+}
+
+
+def interaction_respond(*, actor: Actor, interaction: Interaction, status: str, response: dict | None = None,
+                        ) -> Interaction:
+    """The board answers. A confirmation whose document moved on meanwhile expires instead."""
+    if not actor.is_board:
+        raise Forbidden("Only board users answer interactions.", code="board_only")
+    actor.ensure_can_write(interaction.company_id)
+    allowed = RESPONSES[interaction.kind] + (InteractionStatus.CANCELLED,)
+    if status not in allowed:
+        raise InvalidInput(details={"status": [f"Must be one of {', '.join(allowed)}."]})
+    with transaction.atomic():
+        interaction = Interaction.objects.select_for_update().select_related("document_revision__document").get(
+            pk=interaction.pk)
+        if interaction.status != InteractionStatus.PENDING:
+            raise Conflict("This interaction was already answered.", code="interaction_closed",
+                           details={"status": interaction.status})
+        now = timezone.now()
+        revision = interaction.document_revision
+        if revision is not None and revision.document.latest_revision_id != revision.pk and \
+                status == InteractionStatus.ACCEPTED:
+            interaction.status = InteractionStatus.EXPIRED
+            interaction.responded_at = now
+            interaction.save()
+            activity_record(actor=actor, company_id=interaction.company_id, action="interaction.expired",
+                            entity_type="issue", entity_id=interaction.issue_id,
+                            details={"interactionId": str(interaction.pk)})
+            stale = revision
+        else:
+            stale = None
+            interaction.status = status
+            interaction.response = response or {}
+            interaction.responded_by = actor.user
+            interaction.responded_at = now
+            interaction.save()
+            activity_record(actor=actor, company_id=interaction.company_id, action="interaction.responded",
+                            entity_type="issue", entity_id=interaction.issue_id,
+                            details={"interactionId": str(interaction.pk), "status": status})
+    if stale is not None:
+        # Raised after commit: the expiry is kept, the acceptance is refused.
+        raise StaleRevision("The document changed after this confirmation was requested.",
+                            details={"documentRevisionId": str(stale.pk)})
+    return interaction
