@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh machine with only Python 3.11+:
+#   make run   - virtualenv, install, migrate, demo company, server on 127.0.0.1:8000
+#   make test  - virtualenv, install, the whole suite (parallel)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_WORKERS ?= auto
+
+.PHONY: run test install migrate demo schema bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+demo: migrate
+	$(PY) manage.py seed_demo
+
+run: demo
+	$(PY) manage.py collectstatic --noinput -v0
+	@echo "Paperclip on http://127.0.0.1:8000/  (log in as printed above; API docs at /api/docs/)"
+	$(PY) manage.py runserver 127.0.0.1:8000
+
+test: install
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+
+schema: install
+	$(PY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
+
+bench: install
+	$(PY) bench/checkout_bench.py
+
+clean:
+	rm -rf $(VENV) var staticfiles

@@ -1,0 +1,69 @@
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from issues.services.companies import agent_api_key_create
+from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, RunFactory, UserFactory
+
+
+def is_postgres():
+    return connection.vendor == "postgresql"
+
+
+class AgentClient(APIClient):
+    """An APIClient speaking as one agent, with its key and (optionally) a run header."""
+
+    def __init__(self, agent, raw_key, run=None):
+        super().__init__()
+        self.agent, self.raw_key, self.run = agent, raw_key, run
+        self.use_run(run)
+
+    def use_run(self, run):
+        self.run = run
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {self.raw_key}"}
+        if run is not None:
+            headers["HTTP_X_PAPERCLIP_RUN_ID"] = str(run.pk)
+        self.credentials(**headers)
+        return self
+
+
+@pytest.fixture
+def company(db):
+    return CompanyFactory()
+
+
+@pytest.fixture
+def make_agent_client(db):
+    def make(agent=None, *, company=None, with_run=True, **agent_kwargs):
+        if agent is None:
+            agent = AgentFactory(company=company or CompanyFactory(), **agent_kwargs)
+        _, raw = agent_api_key_create(agent=agent)
+        run = RunFactory(agent=agent) if with_run else None
+        return AgentClient(agent, raw, run)
+
+    return make
+
+
+@pytest.fixture
+def agent_client(make_agent_client, company):
+    return make_agent_client(company=company)
+
+
+@pytest.fixture
+def board_user(company):
+    return MembershipFactory(company=company, role="owner").user
+
+
+@pytest.fixture
+def board_client(board_user):
+    client = APIClient()
+    client.force_login(board_user)
+    return client
+
+
+@pytest.fixture
+def issue(company):
+    return IssueFactory(company=company)
+
+
+__all__ = ["AgentClient", "is_postgres", "UserFactory"]
