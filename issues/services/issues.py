@@ -204,7 +204,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
         raise InvalidInput(details={name: ["Unknown field."] for name in unknown})
     actor.ensure_can_write(issue.company_id)
     with transaction.atomic():
-        issue = Issue.objects.select_for_update().select_related("parent").get(pk=issue.pk)
+        issue = Issue.objects.select_for_update(of=("self",)).select_related("parent").get(pk=issue.pk)
         ensure_owning_run(actor, issue)
         now = timezone.now()
         diff, adjustment = {}, None

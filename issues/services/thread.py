@@ -69,7 +69,7 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
     try:
         with transaction.atomic():
             issue = _lock_for_write(actor, issue)
-            document = Document.objects.select_for_update().select_related("latest_revision").filter(
+            document = Document.objects.select_for_update(of=("self",)).select_related("latest_revision").filter(
                 issue=issue, key=key).first()
             if document is None:
                 if base_revision_id:
@@ -150,7 +150,7 @@ def interaction_respond(*, actor: Actor, interaction: Interaction, status: str, 
     if status not in allowed:
         raise InvalidInput(details={"status": [f"Must be one of {', '.join(allowed)}."]})
     with transaction.atomic():
-        interaction = Interaction.objects.select_for_update().select_related("document_revision__document").get(
+        interaction = Interaction.objects.select_for_update(of=("self",)).select_related("document_revision__document").get(
             pk=interaction.pk)
         if interaction.status != InteractionStatus.PENDING:
             raise Conflict("This interaction was already answered.", code="interaction_closed",

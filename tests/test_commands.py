@@ -1,0 +1,41 @@
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from rest_framework.test import APIClient
+
+from issues.models import Company
+
+
+def test_create_company_prints_ids_and_working_keys(db):
+    out = StringIO()
+    call_command("create_company", "--name", "Acme", "--prefix", "acme", "--agent", "Alice:engineer",
+                 "--agent", "Bob", "--enable-cases", "--json", stdout=out)
+    result = json.loads(out.getvalue())
+    company = Company.objects.get(pk=result["companyId"])
+    assert company.issue_prefix == "ACME" and company.enable_cases
+    assert [(a["name"], a["role"]) for a in result["agents"]] == [("Alice", "engineer"), ("Bob", "general")]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {result['agents'][0]['apiKey']}")
+    assert client.get("/api/agents/me").json()["name"] == "Alice"
+
+
+def test_create_company_rejects_bad_role_and_duplicate_prefix_atomically(db):
+    with pytest.raises(CommandError):
+        call_command("create_company", "--name", "X", "--prefix", "XX", "--agent", "A:wizard", stdout=StringIO())
+    call_command("create_company", "--name", "X", "--prefix", "XX", stdout=StringIO())
+    with pytest.raises(CommandError):
+        call_command("create_company", "--name", "Y", "--prefix", "XX", "--agent", "A", stdout=StringIO())
+    assert Company.objects.filter(issue_prefix="XX").count() == 1
+
+
+def test_seed_demo_is_repeatable_and_prints_a_login(db):
+    first, second = StringIO(), StringIO()
+    call_command("seed_demo", stdout=first)
+    call_command("seed_demo", stdout=second)
+    assert Company.objects.filter(issue_prefix="DEMO").count() == 1
+    assert "password:" in second.getvalue()
+    client = APIClient()
+    password = second.getvalue().split("password: ")[1].split()[0]
+    assert client.login(username="admin", password=password)
