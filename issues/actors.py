@@ -110,12 +110,11 @@ class Actor:
         return run
 
     def activity_fields(self) -> dict:
-        run = self._run if self.agent is None else (self._run if self._run else None)
         return {
             "actor_type": self.actor_type,
             "actor_agent": self.agent,
             "actor_user": self.user if self.agent is None else None,
-            "run": run,
+            "run": self._run,
         }
 
 

@@ -1,4 +1,6 @@
 """Reads shared by the API, the console and the templates. Everything is company-scoped."""
+import uuid
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Q
@@ -142,8 +144,6 @@ def document_get(*, issue: Issue, key: str) -> Document:
 
 
 def _uuid_or_error(value, field):
-    import uuid
-
     try:
         return uuid.UUID(str(value))
     except ValueError:

@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, Value
 from django.db.models.functions import Coalesce
-from django.db.models import Value
 from django.utils import timezone
 
 from issues import events
 from issues.actors import Actor
 from issues.choices import CHECKOUT_FROM_STATUSES, LIVE_RUN_STATUSES, IssueStatus, RelationKind
-from issues.exceptions import CheckoutConflict, Conflict, Forbidden, InvalidInput, NotCheckoutOwner, Unprocessable
+from issues.exceptions import CheckoutConflict, Conflict, Forbidden, NotCheckoutOwner, Unprocessable
 from issues.models import Agent, HeartbeatRun, Issue, IssueRelation
 
 from .activity import activity_record
@@ -148,9 +147,3 @@ def issue_release(*, actor: Actor, issue: Issue) -> Issue:
         events.announce(events.issue_updated, issue=issue, actor=actor,
                         changes={"status": [IssueStatus.IN_PROGRESS, IssueStatus.TODO]})
     return issue
-
-
-def validate_expected_statuses(value) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise InvalidInput(details={"expectedStatuses": ["Must be a list of statuses."]})
-    return value
