@@ -1,0 +1,495 @@
+"""Django admin for the issues app.
+
+Plain rows (companies, members, projects, goals, agents, approvals …) are edited directly;
+the model constraints are checked by the admin forms. Rows whose writes carry invariants
+go through the services instead: issues are changed with ``issue_update`` (priority rank,
+status timestamps, lock clearing, activity log), API keys are only created by
+``agent_api_key_create`` and revoked by ``agent_api_key_revoke``. The audit trail, document
+revisions and the run machinery are read-only here.
+"""
+from django import forms
+from django.contrib import admin, messages
+from django.db import models
+from django.http import HttpResponseRedirect
+from django.template.defaultfilters import truncatechars
+
+from issues.actors import Actor
+from issues.exceptions import ApiError
+from issues.models import (
+    ActivityLog,
+    Agent,
+    AgentApiKey,
+    Approval,
+    ApprovalIssue,
+    Comment,
+    Company,
+    Document,
+    DocumentRevision,
+    Goal,
+    HeartbeatRun,
+    Interaction,
+    Issue,
+    IssueRelation,
+    Membership,
+    Project,
+    WakeupRequest,
+    WorkProduct,
+)
+
+AUDIT_FIELDS = ("id", "created_at", "updated_at")
+
+
+def _short(text, length=80):
+    return truncatechars(text or "", length)
+
+
+def _error_text(exc: ApiError) -> str:
+    details = "; ".join(f"{field}: {' '.join(map(str, msgs))}" for field, msgs in (exc.details or {}).items()
+                        if isinstance(msgs, (list, tuple)))
+    return f"{exc.message} {details}".strip()
+
+
+class ReadOnlyInlineMixin:
+    """An inline that shows rows but never adds, changes or deletes them."""
+
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ViewOnlyAdminMixin:
+    """Rows written only by services: the admin may look, never add or change."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+# --- companies, members, projects, goals ---------------------------------------------------------
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("created_at",)
+    raw_id_fields = ("user",)
+
+
+@admin.register(Company)
+class CompanyAdmin(admin.ModelAdmin):
+    list_display = ("name", "issue_prefix", "status", "enable_cases", "issue_counter", "budget_monthly_cents",
+                    "spent_monthly_cents", "created_at")
+    list_filter = ("status", "enable_cases")
+    search_fields = ("name", "issue_prefix")
+    readonly_fields = (*AUDIT_FIELDS, "issue_counter", "spent_monthly_cents")
+    fieldsets = (
+        (None, {"fields": ("name", "issue_prefix", "description", "status", "enable_cases")}),
+        ("Budget", {"fields": ("budget_monthly_cents", "spent_monthly_cents")}),
+        ("Audit", {"fields": (*AUDIT_FIELDS, "issue_counter")}),
+    )
+    inlines = [MembershipInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Identifiers already handed out (PAP-12) keep their prefix: it is fixed once issued.
+        fields = super().get_readonly_fields(request, obj)
+        return (*fields, "issue_prefix") if obj is not None else fields
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "company", "role", "created_at")
+    list_filter = ("role", "company")
+    search_fields = ("user__username", "user__email", "company__name", "company__issue_prefix")
+    list_select_related = ("user", "company")
+    raw_id_fields = ("user",)
+    autocomplete_fields = ("company",)
+    readonly_fields = ("created_at",)
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "company", "status", "updated_at")
+    list_filter = ("status", "company")
+    search_fields = ("name", "description")
+    list_select_related = ("company",)
+    autocomplete_fields = ("company",)
+    readonly_fields = AUDIT_FIELDS
+
+
+@admin.register(Goal)
+class GoalAdmin(admin.ModelAdmin):
+    list_display = ("title", "company", "level", "status", "parent", "updated_at")
+    list_filter = ("level", "status", "company")
+    search_fields = ("title", "description")
+    list_select_related = ("company", "parent")
+    autocomplete_fields = ("company", "parent")
+    readonly_fields = AUDIT_FIELDS
+
+
+# --- agents and keys ---------------------------------------------------------------------------------
+
+
+class AgentApiKeyInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = AgentApiKey
+    fields = ("name", "prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = fields
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("name", "company", "role", "status", "adapter_type", "reports_to", "last_heartbeat_at",
+                    "updated_at")
+    list_filter = ("status", "role", "adapter_type", "company")
+    search_fields = ("name", "title", "capabilities")
+    list_select_related = ("company", "reports_to")
+    autocomplete_fields = ("company", "reports_to")
+    readonly_fields = (*AUDIT_FIELDS, "last_heartbeat_at", "spent_monthly_cents")
+    fieldsets = (
+        (None, {"fields": ("company", "name", "title", "role", "status", "pause_reason", "reports_to",
+                           "capabilities")}),
+        ("Adapter", {"fields": ("adapter_type", "adapter_config", "runtime_config")}),
+        ("Budget", {"fields": ("budget_monthly_cents", "spent_monthly_cents")}),
+        ("Audit", {"fields": (*AUDIT_FIELDS, "last_heartbeat_at")}),
+    )
+    inlines = [AgentApiKeyInline]
+
+
+@admin.register(AgentApiKey)
+class AgentApiKeyAdmin(admin.ModelAdmin):
+    """Keys are minted by ``agent_api_key_create`` (the raw key is shown once, only the hash is kept)."""
+
+    list_display = ("prefix", "name", "agent", "company", "created_at", "last_used_at", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter), "agent__company")
+    search_fields = ("prefix", "name", "agent__name")
+    list_select_related = ("agent", "agent__company")
+    fields = ("agent", "name", "prefix", "key_hash", "created_at", "updated_at", "last_used_at", "revoked_at")
+    readonly_fields = ("id", "agent", "prefix", "key_hash", "created_at", "updated_at", "last_used_at",
+                       "revoked_at")
+    actions = ["revoke_keys"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.display(ordering="agent__company__name")
+    def company(self, obj):
+        return obj.agent.company
+
+    @admin.action(description="Revoke selected API keys")
+    def revoke_keys(self, request, queryset):
+        from issues.services.companies import agent_api_key_revoke
+
+        actor = Actor(user=request.user)
+        count = 0
+        for key in queryset.filter(revoked_at__isnull=True).select_related("agent"):
+            agent_api_key_revoke(key=key, actor=actor)
+            count += 1
+        self.message_user(request, f"Revoked {count} key(s).", messages.SUCCESS)
+
+
+# --- issues ------------------------------------------------------------------------------------------
+
+
+class CommentInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = Comment
+    fields = ("created_at", "author_type", "author", "excerpt")
+    readonly_fields = fields
+    ordering = ("created_at", "id")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("author_agent", "author_user")
+
+    @admin.display(description="author")
+    def author(self, obj):
+        return obj.author_agent or obj.author_user or obj.author_type
+
+    @admin.display(description="comment")
+    def excerpt(self, obj):
+        return _short(obj.body, 200)
+
+
+class IssueAdminForm(forms.ModelForm):
+    class Meta:
+        model = Issue
+        fields = ("title", "description", "status", "priority", "assignee_agent", "parent", "project", "goal")
+
+    def clean(self):
+        cleaned = super().clean()
+        company_id = self.instance.company_id
+        for name in ("assignee_agent", "parent", "project", "goal"):
+            value = cleaned.get(name)
+            if value is not None and value.company_id != company_id:
+                self.add_error(name, "Must belong to the issue's company.")
+        return cleaned
+
+    def _post_clean(self):
+        # Constraints are enforced by issue_update (it also clears locks and fixes the rank);
+        # checking them here against a half-applied instance would report false violations.
+        pass
+
+
+# Form field -> issue_update change key.
+ISSUE_CHANGE_KEYS = {
+    "title": "title",
+    "description": "description",
+    "status": "status",
+    "priority": "priority",
+    "assignee_agent": "assignee_agent_id",
+    "parent": "parent_id",
+    "project": "project_id",
+    "goal": "goal_id",
+}
+
+
+@admin.register(Issue)
+class IssueAdmin(admin.ModelAdmin):
+    """Issues are numbered by ``issue_create``; changes go through ``issue_update``."""
+
+    form = IssueAdminForm
+    list_display = ("identifier", "title", "company", "status", "priority", "assignee", "project", "updated_at")
+    list_display_links = ("identifier", "title")
+    list_filter = ("status", "priority", "origin_kind", "company")
+    search_fields = ("identifier", "title", "description")
+    list_select_related = ("company", "assignee_agent", "assignee_user", "project")
+    autocomplete_fields = ("assignee_agent", "parent", "project", "goal")
+    readonly_fields = (
+        *AUDIT_FIELDS, "company", "number", "identifier", "priority_rank", "assignee_user",
+        "created_by_agent", "created_by_user", "origin_kind", "origin_id", "origin_issue", "origin_run",
+        "checkout_run", "execution_run", "execution_locked_at", "started_at", "completed_at", "cancelled_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("company", "identifier", "title", "description")}),
+        ("State", {"fields": ("status", "priority", "assignee_agent", "assignee_user")}),
+        ("Placement", {"fields": ("parent", "project", "goal")}),
+        ("Claim", {"fields": ("checkout_run", "execution_run", "execution_locked_at")}),
+        ("Provenance", {"fields": ("origin_kind", "origin_id", "origin_issue", "origin_run", "created_by_agent",
+                                   "created_by_user")}),
+        ("Audit", {"fields": (*AUDIT_FIELDS, "number", "priority_rank", "started_at", "completed_at",
+                              "cancelled_at")}),
+    )
+    inlines = [CommentInline]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.display(description="assignee", ordering="assignee_agent__name")
+    def assignee(self, obj):
+        return obj.assignee_agent or obj.assignee_user or "—"
+
+    def save_model(self, request, obj, form, change):
+        from issues.services.issues import issue_update
+
+        changes = {ISSUE_CHANGE_KEYS[name]: form.cleaned_data[name] for name in form.changed_data
+                   if name in ISSUE_CHANGE_KEYS}
+        for key in ("assignee_agent_id", "parent_id", "project_id", "goal_id"):
+            if key in changes and changes[key] is not None:
+                changes[key] = changes[key].pk
+        if changes:
+            issue_update(actor=Actor(user=request.user), issue=obj, changes=changes)
+            obj.refresh_from_db()
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ApiError as exc:
+            # The admin wraps the change in a transaction, so nothing was written.
+            self.message_user(request, f"Not saved: {_error_text(exc)}", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+
+@admin.register(IssueRelation)
+class IssueRelationAdmin(admin.ModelAdmin):
+    list_display = ("issue", "kind", "related_issue", "company", "created_at")
+    list_filter = ("kind", "company")
+    search_fields = ("issue__identifier", "related_issue__identifier")
+    list_select_related = ("issue", "related_issue", "company")
+    autocomplete_fields = ("company", "issue", "related_issue")
+    readonly_fields = ("created_at",)
+
+
+# --- the issue thread --------------------------------------------------------------------------------
+
+
+@admin.register(Comment)
+class CommentAdmin(admin.ModelAdmin):
+    """Comments are posted through the thread service; the admin may only moderate the text."""
+
+    list_display = ("issue", "author_type", "author", "excerpt", "created_at")
+    list_filter = ("author_type", "company")
+    search_fields = ("body", "issue__identifier")
+    list_select_related = ("issue", "author_agent", "author_user")
+    readonly_fields = (*AUDIT_FIELDS, "company", "issue", "author_type", "author_agent", "author_user", "run",
+                       "provenance")
+    fields = ("issue", "author_type", "author_agent", "author_user", "run", "body", "provenance", *AUDIT_FIELDS,
+              "company")
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.display(description="author")
+    def author(self, obj):
+        return obj.author_agent or obj.author_user or obj.author_type
+
+    @admin.display(description="comment")
+    def excerpt(self, obj):
+        return _short(obj.body)
+
+
+class DocumentRevisionInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = DocumentRevision
+    fields = ("number", "title", "author_type", "author_agent", "author_user", "created_at")
+    readonly_fields = fields
+    ordering = ("-number",)
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    """Documents are written by ``document_write`` (one revision per write)."""
+
+    list_display = ("key", "issue", "title", "format", "revision_count", "updated_at")
+    list_filter = ("format", "company")
+    search_fields = ("key", "title", "issue__identifier")
+    list_select_related = ("issue",)
+    readonly_fields = (*AUDIT_FIELDS, "company", "issue", "key", "latest_revision", "revision_count")
+    inlines = [DocumentRevisionInline]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(DocumentRevision)
+class DocumentRevisionAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Revisions are immutable history."""
+
+    list_display = ("document", "number", "title", "author_type", "author_agent", "created_at")
+    list_filter = ("author_type",)
+    search_fields = ("document__key", "document__issue__identifier", "title", "body")
+    list_select_related = ("document", "author_agent")
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(WorkProduct)
+class WorkProductAdmin(admin.ModelAdmin):
+    list_display = ("title", "kind", "issue", "status", "url", "created_at")
+    list_filter = ("kind", "status", "company")
+    search_fields = ("title", "url", "external_id", "issue__identifier")
+    list_select_related = ("issue",)
+    autocomplete_fields = ("company", "issue")
+    raw_id_fields = ("run",)
+    readonly_fields = AUDIT_FIELDS
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+
+@admin.register(Interaction)
+class InteractionAdmin(admin.ModelAdmin):
+    """Interactions are opened and answered through the thread service."""
+
+    list_display = ("title", "kind", "status", "issue", "created_at", "responded_at", "expires_at")
+    list_filter = ("kind", "status", "company")
+    search_fields = ("title", "body", "issue__identifier")
+    list_select_related = ("issue",)
+    readonly_fields = (*AUDIT_FIELDS, "company", "issue", "kind", "document_revision", "created_by_agent",
+                       "created_by_user", "run", "response", "responded_by", "responded_at")
+
+    def has_add_permission(self, request):
+        return False
+
+
+# --- approvals ---------------------------------------------------------------------------------------
+
+
+class ApprovalIssueInline(admin.TabularInline):
+    model = ApprovalIssue
+    extra = 0
+    autocomplete_fields = ("issue",)
+    readonly_fields = ("created_at",)
+
+
+@admin.register(Approval)
+class ApprovalAdmin(admin.ModelAdmin):
+    list_display = ("title", "company", "type", "status", "requested_by", "decided_at", "created_at")
+    list_filter = ("status", "type", "company")
+    search_fields = ("title", "decision_note")
+    list_select_related = ("company", "requested_by_agent", "requested_by_user")
+    autocomplete_fields = ("company", "requested_by_agent")
+    raw_id_fields = ("requested_by_user", "decided_by_user")
+    readonly_fields = (*AUDIT_FIELDS, "decided_at")
+    inlines = [ApprovalIssueInline]
+
+    @admin.display(description="requested by")
+    def requested_by(self, obj):
+        return obj.requested_by_agent or obj.requested_by_user or "—"
+
+
+@admin.register(ApprovalIssue)
+class ApprovalIssueAdmin(admin.ModelAdmin):
+    list_display = ("approval", "issue", "created_at")
+    search_fields = ("approval__title", "issue__identifier")
+    list_select_related = ("approval", "issue")
+    autocomplete_fields = ("approval", "issue")
+    readonly_fields = ("created_at",)
+
+
+# --- run machinery -----------------------------------------------------------------------------------
+
+
+@admin.register(HeartbeatRun)
+class HeartbeatRunAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Runs are created and finished by the scheduler and the run services."""
+
+    list_display = ("id", "agent", "company", "issue", "status", "invocation_source", "started_at",
+                    "finished_at", "created_at")
+    list_filter = ("status", "invocation_source", "company")
+    search_fields = ("agent__name", "issue__identifier", "wake_reason", "error")
+    list_select_related = ("agent", "company", "issue")
+    date_hierarchy = "created_at"
+
+
+@admin.register(WakeupRequest)
+class WakeupRequestAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("agent", "issue", "source", "status", "coalesced_count", "run", "created_at")
+    list_filter = ("status", "source", "company")
+    search_fields = ("agent__name", "issue__identifier", "reason", "idempotency_key")
+    list_select_related = ("agent", "issue", "run")
+    date_hierarchy = "created_at"
+
+
+# --- audit -------------------------------------------------------------------------------------------
+
+
+@admin.register(ActivityLog)
+class ActivityLogAdmin(admin.ModelAdmin):
+    """The append-only audit trail: nobody adds, edits or deletes entries from the admin."""
+
+    list_display = ("created_at", "company", "action", "entity_type", "entity_id", "actor_type", "actor")
+    list_filter = ("actor_type", "entity_type", "company")
+    search_fields = ("action", "entity_id")
+    list_select_related = ("company", "actor_agent", "actor_user")
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="actor")
+    def actor(self, obj):
+        return obj.actor_agent or obj.actor_user or obj.actor_type
+
