@@ -24,7 +24,7 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Malformed Authorization header.")
         key = (
-            AgentApiKey.objects.select_related("agent", "agent__company")
+            AgentApiKey.objects.select_related("agent")
             .filter(key_hash=hash_key(header[1]), revoked_at__isnull=True)
             .first()
         )

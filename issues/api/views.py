@@ -107,7 +107,7 @@ class IssueCheckoutView(APIView):
                    responses={200: s.IssueSerializer, **ERRORS}, operation_id="issues_checkout")
     def post(self, request, issue_id):
         actor = actor_from_request(request)
-        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        issue = selectors.issue_row(actor=actor, pk=issue_id)
         data = parse(s.CheckoutSerializer, request)
         issue, _ = checkout_services.issue_checkout(
             actor=actor, issue=issue, agent_id=data["agentId"], expected_statuses=data["expectedStatuses"],
@@ -121,7 +121,7 @@ class IssueReleaseView(APIView):
                    operation_id="issues_release")
     def post(self, request, issue_id):
         actor = actor_from_request(request)
-        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        issue = selectors.issue_row(actor=actor, pk=issue_id)
         return Response(s.IssueSerializer(checkout_services.issue_release(actor=actor, issue=issue)).data)
 
 

@@ -1,10 +1,11 @@
 """The claim: checkout as one conditional UPDATE, and its release."""
 from __future__ import annotations
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, Value
-from django.db.models.functions import Coalesce
+from datetime import UTC
+
+from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from issues import events
 from issues.actors import Actor
@@ -16,14 +17,60 @@ from .activity import activity_record
 from .lookups import company_object
 
 
-def _live_run(field):
-    return Exists(HeartbeatRun.objects.filter(pk=OuterRef(field), status__in=LIVE_RUN_STATUSES))
+# The claim is one conditional UPDATE: concurrent claimers serialise on the row lock and the
+# database re-checks the WHERE clause (subqueries included) against the winner's committed row,
+# so exactly one succeeds. Written as SQL because it is the hottest statement of the protocol.
+_CLAIM_SQL = """
+UPDATE {issue} SET status = %s, assignee_agent_id = %s, assignee_user_id = NULL,
+    checkout_run_id = %s, execution_run_id = %s, execution_locked_at = %s,
+    started_at = COALESCE(started_at, %s), completed_at = NULL, cancelled_at = NULL, updated_at = %s
+WHERE id = %s AND (
+    (status IN ({expected}) AND (assignee_agent_id IS NULL OR assignee_agent_id = %s)
+     AND assignee_user_id IS NULL)
+    OR (status = %s AND assignee_agent_id = %s
+        AND (checkout_run_id IS NULL OR checkout_run_id <> %s)
+        AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.id = {issue}.checkout_run_id AND r.status IN ({live}))
+        AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.id = {issue}.execution_run_id AND r.status IN ({live})))
+) AND NOT EXISTS (
+    SELECT 1 FROM {relation} rel JOIN {issue} b ON b.id = rel.issue_id
+    WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status <> %s
+)
+RETURNING started_at
+"""
 
 
-def _open_blockers():
-    return IssueRelation.objects.filter(related_issue=OuterRef("pk"), kind=RelationKind.BLOCKS).exclude(
-        issue__status=IssueStatus.DONE
+def _claim(*, issue_id, agent_id, run_id, expected, now):
+    """Run the claim; the row's started_at if it was claimed, else None."""
+    qn = connection.ops.quote_name
+    sql = _CLAIM_SQL.format(
+        issue=qn(Issue._meta.db_table), run=qn(HeartbeatRun._meta.db_table),
+        relation=qn(IssueRelation._meta.db_table),
+        expected=", ".join(["%s"] * len(expected)), live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
     )
+    uid = Issue._meta.pk.get_db_prep_value
+    at = Issue._meta.get_field("updated_at").get_db_prep_value
+    agent, run, stamp = uid(agent_id, connection), uid(run_id, connection), at(now, connection)
+    live = list(LIVE_RUN_STATUSES)
+    params = [IssueStatus.IN_PROGRESS, agent, run, run, stamp, stamp, stamp, uid(issue_id, connection),
+              *expected, agent, IssueStatus.IN_PROGRESS, agent, run, *live, *live,
+              RelationKind.BLOCKS, IssueStatus.DONE]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    started_at = row[0]
+    if isinstance(started_at, str):  # SQLite hands back text
+        started_at = parse_datetime(started_at)
+        if timezone.is_naive(started_at):
+            started_at = timezone.make_aware(started_at, UTC)
+    return started_at
+
+
+def _checkout_agent(actor: Actor, issue: Issue, agent_id) -> Agent:
+    if actor.is_agent and str(agent_id) == str(actor.agent.pk):
+        return actor.agent  # already loaded by authentication
+    return company_object(Agent, issue.company_id, agent_id, "agentId")
 
 
 def _conflict_details(issue: Issue) -> dict:
@@ -63,49 +110,23 @@ def issue_checkout(*, actor: Actor, issue: Issue, agent_id, expected_statuses, r
             details={"expectedStatuses": [f"'{s}' cannot be checked out from." for s in invalid] or ["Required."]},
         )
     actor.ensure_can_write(issue.company_id)
-    agent = company_object(Agent, issue.company_id, agent_id, "agentId")
+    agent = _checkout_agent(actor, issue, agent_id)
     run = _checkout_run(actor, agent, run_header)
     now = timezone.now()
-
-    fresh_claim = (
-        Q(status__in=expected_statuses)
-        & (Q(assignee_agent__isnull=True) | Q(assignee_agent=agent))
-        & Q(assignee_user__isnull=True)
-    )
-    # Adoption: the agent's earlier run ended (or vanished) while holding the claim.
-    adoption = (
-        Q(status=IssueStatus.IN_PROGRESS)
-        & Q(assignee_agent=agent)
-        & ~Q(checkout_run=run)
-        & ~_live_run("checkout_run_id")
-        & ~_live_run("execution_run_id")
-    )
     with transaction.atomic():
-        claimed = (
-            Issue.objects.filter(pk=issue.pk)
-            .filter(fresh_claim | adoption)
-            .filter(~Exists(_open_blockers()))
-            .update(
-                status=IssueStatus.IN_PROGRESS,
-                assignee_agent=agent,
-                checkout_run=run,
-                execution_run=run,
-                execution_locked_at=now,
-                started_at=Coalesce("started_at", Value(now)),
-                completed_at=None,
-                cancelled_at=None,
-                updated_at=now,
-            )
-        )
-        current = Issue.objects.get(pk=issue.pk)
-        if claimed:
+        started_at = _claim(issue_id=issue.pk, agent_id=agent.pk, run_id=run.pk, expected=expected_statuses, now=now)
+        if started_at is not None:
+            from_status = issue.status
+            issue.status, issue.assignee_agent_id, issue.assignee_user_id = IssueStatus.IN_PROGRESS, agent.pk, None
+            issue.checkout_run_id = issue.execution_run_id = run.pk
+            issue.execution_locked_at = issue.updated_at = now
+            issue.started_at, issue.completed_at, issue.cancelled_at = started_at, None, None
             activity_record(actor=actor, company_id=issue.company_id, action="issue.checked_out",
                             entity_type="issue", entity_id=issue.pk, run=run,
-                            details={"agentId": str(agent.pk), "runId": str(run.pk),
-                                     "fromStatus": issue.status})
-            events.announce(events.issue_checked_out, issue=current, actor=actor, run=run)
-            return current, True
-
+                            details={"agentId": str(agent.pk), "runId": str(run.pk), "fromStatus": from_status})
+            events.announce(events.issue_checked_out, issue=issue, actor=actor, run=run)
+            return issue, True
+    current = Issue.objects.get(pk=issue.pk)
     if (current.status == IssueStatus.IN_PROGRESS and current.assignee_agent_id == agent.pk
             and current.checkout_run_id == run.pk):
         return current, False  # same run again: idempotent, no side effects

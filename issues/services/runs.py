@@ -15,8 +15,8 @@ from issues.choices import (
     WakeSource,
     WakeStatus,
 )
-from issues.exceptions import InvalidInput
-from issues.models import Agent, HeartbeatRun, Issue, WakeupRequest
+from issues.exceptions import InvalidInput, NotFound
+from issues.models import Agent, Comment, HeartbeatRun, Issue, WakeupRequest
 
 from .activity import activity_record
 
@@ -38,6 +38,9 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
     if source not in WakeSource.values:
         raise InvalidInput(details={"source": [f"'{source}' is not one of {', '.join(WakeSource.values)}."]})
     actor.ensure_can_write(agent.company_id)
+    comment_ids = [str(c) for c in dict.fromkeys(comment_ids)]
+    if comment_ids and Comment.objects.filter(pk__in=comment_ids, company_id=agent.company_id).count() != len(comment_ids):
+        raise NotFound("Comment not found.", details={"commentIds": ["Every comment must belong to this company."]})
     try:
         with transaction.atomic():
             # One wake at a time per agent, so two wakes can never both start a run.
