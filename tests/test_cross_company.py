@@ -1,0 +1,439 @@
+"""A cross-company test over every endpoint: another company's ids -> 404, nothing changed.
+
+Two companies, A and B, are built with the same shape (agent with key and live run, issues,
+an in-progress issue, a project, a goal, a document with a revision, a comment, an
+interaction, an approval linked to an issue). A board user is a member of A only.
+
+Every case below is a request A's agent (or A's board user) could legitimately make against
+A's own objects. Each case is run three ways:
+
+* against B's objects (``t = B``): 404 in the one error shape, nothing in the database changed,
+  and the response is byte-for-byte what a nonexistent id gets (B's ids leak nothing);
+* against A's own objects (the control, ``t = A``): not a 404, so each case is sharp;
+
+A guard test compares the case table with the URL resolver, so a new endpoint (or a new
+method on an existing one) without a cross-company case fails the suite.
+"""
+import uuid
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from issues.actors import SYSTEM
+from issues.choices import InteractionKind
+from issues.models import (
+    ActivityLog,
+    Agent,
+    Approval,
+    ApprovalIssue,
+    Comment,
+    Company,
+    Document,
+    DocumentRevision,
+    Goal,
+    HeartbeatRun,
+    Interaction,
+    Issue,
+    IssueRelation,
+    Membership,
+    Project,
+    WakeupRequest,
+)
+from issues.services.companies import agent_api_key_create
+from issues.services.thread import comment_create, document_write, interaction_create
+from tests.conftest import AgentClient
+from tests.factories import (
+    AgentFactory,
+    CompanyFactory,
+    GoalFactory,
+    IssueFactory,
+    MembershipFactory,
+    ProjectFactory,
+    RunFactory,
+)
+
+# --- the two companies ---------------------------------------------------------------------
+
+
+def build_company(prefix):
+    company = CompanyFactory(issue_prefix=prefix, name=f"Company {prefix}")
+    agent = AgentFactory(company=company, name=f"{prefix.lower()}-engineer")
+    _, raw_key = agent_api_key_create(agent=agent)
+    run = RunFactory(agent=agent, status="running", started_at=timezone.now())
+    project = ProjectFactory(company=company)
+    goal = GoalFactory(company=company)
+    issue = IssueFactory(company=company, title=f"{prefix} first issue")  # PREFIX-1
+    issue2 = IssueFactory(company=company, title=f"{prefix} second issue")
+    wip = IssueFactory(company=company, title=f"{prefix} work in progress", status="in_progress",
+                       assignee_agent=agent, checkout_run=run, execution_run=run,
+                       execution_locked_at=timezone.now(), started_at=timezone.now())
+    revision = document_write(actor=SYSTEM, issue=issue, key="plan", body=f"{prefix} plan v1", title="Plan")
+    comment = comment_create(actor=SYSTEM, issue=issue, body=f"{prefix} comment")
+    interaction = interaction_create(actor=SYSTEM, issue=issue, kind=InteractionKind.REQUEST_CONFIRMATION,
+                                     title=f"{prefix} confirm the plan", document_key="plan")
+    approval = Approval.objects.create(company=company, title=f"{prefix} approval")
+    ApprovalIssue.objects.create(approval=approval, issue=issue)
+    return SimpleNamespace(company=company, agent=agent, raw_key=raw_key, run=run, project=project, goal=goal,
+                           issue=issue, issue2=issue2, wip=wip, revision=revision, comment=comment,
+                           interaction=interaction, approval=approval)
+
+
+def ghost_of(world):
+    """The same shape with ids that exist nowhere: what 'not found' looks like."""
+    def new():
+        return SimpleNamespace(pk=uuid.uuid4(), identifier="ZZ-9999")
+
+    return SimpleNamespace(company=new(), agent=new(), run=new(), project=new(), goal=new(), issue=new(),
+                           issue2=new(), wip=new(), revision=new(), comment=new(), interaction=new(),
+                           approval=new())
+
+
+def fast_user(username):
+    """A board user without the (deliberately slow) password hash; tests log in with force_login."""
+    user = get_user_model()(username=username)
+    user.set_unusable_password()
+    user.save()
+    return user
+
+
+@pytest.fixture
+def world(db):
+    a, b = build_company("AA"), build_company("BB")
+    board_user = MembershipFactory(company=a.company, role="owner", user=fast_user("board-a")).user
+    return SimpleNamespace(a=a, b=b, board_user=board_user)
+
+
+def client_for(world, who):
+    if who == "agent":
+        return AgentClient(world.a.agent, world.a.raw_key, world.a.run)
+    client = APIClient()
+    client.force_login(world.board_user)
+    # A board user checks out on behalf of an agent with one of that agent's live runs.
+    client.credentials(HTTP_X_PAPERCLIP_RUN_ID=str(world.a.run.pk))
+    return client
+
+
+SNAPSHOT_MODELS = (Company, Agent, Membership, Project, Goal, Issue, IssueRelation, Comment, Document,
+                   DocumentRevision, Interaction, Approval, ApprovalIssue, ActivityLog, HeartbeatRun, WakeupRequest)
+
+
+def db_snapshot():
+    return {model.__name__: list(model.objects.order_by("pk").values()) for model in SNAPSHOT_MODELS}
+
+
+def assert_unchanged(before, label):
+    after = db_snapshot()
+    for name, rows in before.items():
+        assert after[name] == rows, f"{label}: {name} rows changed (count {len(rows)} -> {len(after[name])})"
+
+
+def assert_error_shape(response, status, code=None):
+    assert response.status_code == status, (response.status_code, response.content[:500])
+    assert response["Content-Type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message", "details"}, body
+    assert isinstance(body["error"]["code"], str) and body["error"]["code"]
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert isinstance(body["error"]["details"], dict)
+    if code is not None:
+        assert body["error"]["code"] == code, body
+    return body["error"]
+
+
+def send(client, method, path, body):
+    call = getattr(client, method.lower())
+    return call(path) if body is None else call(path, body, format="json")
+
+
+# --- the table: every route and method, with B's ids in the path or the body ------------
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    route: str  # URL name in issues/api/urls.py
+    method: str
+    build: object  # (own world, target world) -> (path, body or None)
+    # The control (target = A) is a success for both actors unless listed here.
+    control_status: tuple = ()
+
+
+def ref(obj, by):
+    return obj.identifier if by == "identifier" else str(obj.pk)
+
+
+def s(obj):
+    return str(obj.pk)
+
+
+def issue_path_cases():
+    """Cases whose path names an issue: run with B's UUID and with B's identifier (BB-1)."""
+    cases = []
+    for by in ("uuid", "identifier"):
+        cases += [
+            Case(f"issue-get[{by}]", "issue-detail", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}", None)),
+            Case(f"issue-patch[{by}]", "issue-detail", "PATCH",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}", {"title": "hijacked", "status": "done"})),
+            Case(f"checkout[{by}]", "issue-checkout", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/checkout",
+                                      {"agentId": s(o.agent), "expectedStatuses": ["todo"]})),
+            Case(f"release[{by}]", "issue-release", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.wip, by)}/release", None)),
+            Case(f"blockers-add[{by}]", "issue-blockers", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/blockers", {"blockerId": s(t.issue2)})),
+            Case(f"comments-list[{by}]", "issue-comments", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/comments", None)),
+            Case(f"comments-create[{by}]", "issue-comments", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/comments", {"body": "planted"})),
+            Case(f"documents-list[{by}]", "issue-documents", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents", None)),
+            Case(f"document-get[{by}]", "issue-document", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan", None)),
+            Case(f"document-put[{by}]", "issue-document", "PUT",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan",
+                                      {"body": "overwritten", "baseRevisionId": s(t.revision)})),
+            Case(f"document-revisions[{by}]", "issue-document-revisions", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/revisions", None)),
+            Case(f"interactions-list[{by}]", "issue-interactions", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/interactions", None)),
+            Case(f"interactions-create[{by}]", "issue-interactions", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/interactions",
+                                      {"kind": "ask_question", "title": "planted question"})),
+        ]
+    return cases
+
+
+CASES = [
+    # company id in the path
+    Case("company-issues-list", "company-issues", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/issues", None)),
+    Case("company-issues-list-filtered", "company-issues", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/issues?assigneeAgentId={s(t.agent)}&status=todo,in_progress",
+                       None)),
+    Case("company-issues-create", "company-issues", "POST",
+         lambda o, t: (f"/api/companies/{s(t.company)}/issues", {"title": "planted"})),
+    # B's ids in the body of a create in A
+    Case("create-parentId", "company-issues", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/issues", {"title": "child", "parentId": s(t.issue)})),
+    Case("create-parentId-blockParent", "company-issues", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/issues",
+                       {"title": "child", "parentId": s(t.issue), "blockParentUntilDone": True})),
+    Case("create-projectId", "company-issues", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/issues", {"title": "x", "projectId": s(t.project)})),
+    Case("create-goalId", "company-issues", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/issues", {"title": "x", "goalId": s(t.goal)})),
+    Case("create-assigneeAgentId", "company-issues", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/issues", {"title": "x", "assigneeAgentId": s(t.agent)})),
+    # issue id (uuid and identifier) in the path
+    *issue_path_cases(),
+    Case("issue-get[lowercase-identifier]", "issue-detail", "GET",
+         lambda o, t: (f"/api/issues/{t.issue.identifier.lower()}", None)),
+    # B's ids in the body of a PATCH of A's issue
+    Case("patch-parentId", "issue-detail", "PATCH",
+         lambda o, t: (f"/api/issues/{s(o.issue)}", {"parentId": s(t.issue2)})),
+    Case("patch-projectId", "issue-detail", "PATCH",
+         lambda o, t: (f"/api/issues/{s(o.issue)}", {"projectId": s(t.project)})),
+    Case("patch-goalId", "issue-detail", "PATCH",
+         lambda o, t: (f"/api/issues/{s(o.issue)}", {"goalId": s(t.goal)})),
+    Case("patch-assigneeAgentId", "issue-detail", "PATCH",
+         lambda o, t: (f"/api/issues/{s(o.issue)}", {"assigneeAgentId": s(t.agent)})),
+    Case("patch-valid-title-and-foreign-parentId", "issue-detail", "PATCH",
+         lambda o, t: (f"/api/issues/{s(o.issue)}", {"title": "renamed", "parentId": s(t.issue2)})),
+    # B's ids in other bodies
+    Case("checkout-agentId", "issue-checkout", "POST",
+         lambda o, t: (f"/api/issues/{s(o.issue)}/checkout", {"agentId": s(t.agent), "expectedStatuses": ["todo"]})),
+    Case("blockers-blockerId", "issue-blockers", "POST",
+         lambda o, t: (f"/api/issues/{s(o.issue)}/blockers", {"blockerId": s(t.issue2)})),
+    Case("interactions-create-documentRevisionId", "issue-interactions", "POST",
+         lambda o, t: (f"/api/issues/{s(o.issue)}/interactions",
+                       {"kind": "request_confirmation", "title": "confirm", "documentRevisionId": s(t.revision)})),
+    # other ids in the path
+    Case("interaction-respond", "interaction-respond", "POST",
+         lambda o, t: (f"/api/interactions/{s(t.interaction)}/respond", {"status": "accepted"}),
+         control_status=(("agent", 403),)),  # only board users answer
+    Case("approval-get", "approval-detail", "GET", lambda o, t: (f"/api/approvals/{s(t.approval)}", None)),
+    Case("approval-issues", "approval-issues", "GET", lambda o, t: (f"/api/approvals/{s(t.approval)}/issues", None)),
+    Case("run-get", "run-detail", "GET", lambda o, t: (f"/api/runs/{s(t.run)}", None)),
+    Case("wakeup", "agent-wakeup", "POST", lambda o, t: (f"/api/agents/{s(t.agent)}/wakeup", {"reason": "planted"})),
+    Case("wakeup-issueId", "agent-wakeup", "POST",
+         lambda o, t: (f"/api/agents/{s(o.agent)}/wakeup", {"issueId": s(t.issue)})),
+    Case("wakeup-commentIds", "agent-wakeup", "POST",
+         lambda o, t: (f"/api/agents/{s(o.agent)}/wakeup", {"issueId": s(o.issue), "commentIds": [s(t.comment)]})),
+]
+
+# Routes with no id to swap: each has its own test below proving it only shows the caller's company.
+NO_ID_ROUTES = {("agent-me", "GET"), ("company-list", "GET")}
+# /api/ routes that are not company data at all (the OpenAPI schema and its viewers).
+NOT_COMPANY_SCOPED = {"schema", "api-docs", "api-redoc"}
+ACTORS = ("agent", "board")
+
+
+def api_routes():
+    """(url name, method) for every view mounted under /api/, read from the URL resolver."""
+    found = set()
+
+    def walk(patterns, prefix):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                walk(p.url_patterns, prefix + str(p.pattern))
+            elif isinstance(p, URLPattern) and (prefix + str(p.pattern)).startswith("api/"):
+                view = getattr(p.callback, "view_class", None) or getattr(p.callback, "cls", None)
+                methods = [m.upper() for m in ("get", "post", "put", "patch", "delete") if view and hasattr(view, m)]
+                for method in methods or ["GET"]:
+                    found.add((p.name, method))
+
+    walk(get_resolver().url_patterns, "")
+    return found
+
+
+def test_every_api_route_and_method_has_a_cross_company_case():
+    routes = {r for r in api_routes() if r[0] not in NOT_COMPANY_SCOPED}
+    covered = {(c.route, c.method) for c in CASES} | NO_ID_ROUTES
+    missing = routes - covered
+    assert not missing, f"API routes without a cross-company case: {sorted(missing)}"
+    stale = covered - routes
+    assert not stale, f"Cases for routes/methods that no longer exist: {sorted(stale)}"
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("who", ACTORS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_other_companys_ids_are_not_found_and_change_nothing(world, case, who):
+    client = client_for(world, who)
+    path, body = case.build(world.a, world.b)
+    assert resolve(path.split("?")[0]).url_name == case.route
+    before = db_snapshot()
+    b_issues = list(Issue.objects.filter(company=world.b.company).order_by("pk").values())
+
+    response = send(client, case.method, path, body)
+
+    error = assert_error_shape(response, 404)
+    assert error["code"] == "not_found"
+    assert_unchanged(before, f"{who} {case.method} {path}")
+    assert list(Issue.objects.filter(company=world.b.company).order_by("pk").values()) == b_issues
+    # Nothing about B's object is revealed: a nonexistent id gets the very same answer.
+    ghost_path, ghost_body = case.build(world.a, ghost_of(world.b))
+    ghost = send(client, case.method, ghost_path, ghost_body)
+    assert (ghost.status_code, ghost.json()) == (response.status_code, response.json())
+    for text in (str(world.b.company.pk), world.b.company.name, world.b.issue.title, world.b.agent.name):
+        assert text not in response.content.decode()
+    assert_unchanged(before, f"{who} ghost {case.method} {ghost_path}")
+
+
+@pytest.mark.parametrize("who", ACTORS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_same_request_with_own_ids_is_not_a_404(world, case, who):
+    """The control: each case is sharp (the 404 above comes from the company boundary)."""
+    client = client_for(world, who)
+    path, body = case.build(world.a, world.a)
+    response = send(client, case.method, path, body)
+    expected = dict(case.control_status).get(who)
+    if expected is not None:
+        assert response.status_code == expected, response.content[:500]
+    else:
+        assert 200 <= response.status_code < 300, (response.status_code, response.content[:500])
+
+
+# --- references that are not 404 by design still reveal nothing about B -----------------
+
+FOREIGN_REFERENCES_NOT_404 = [
+    # ?after= is a cursor among this issue's comments: any other id is a 400.
+    ("comments-after", "GET", lambda o, t: (f"/api/issues/{s(o.issue)}/comments?after={s(t.comment)}", None), 400),
+    # A base revision that is not the document's latest is a stale write (409 with A's current revision).
+    ("document-put-baseRevisionId", "PUT",
+     lambda o, t: (f"/api/issues/{s(o.issue)}/documents/plan", {"body": "x", "baseRevisionId": s(t.revision)}), 409),
+]
+
+
+@pytest.mark.parametrize("who", ACTORS)
+@pytest.mark.parametrize("label,method,build,status", FOREIGN_REFERENCES_NOT_404,
+                         ids=[c[0] for c in FOREIGN_REFERENCES_NOT_404])
+def test_foreign_references_answer_like_nonexistent_ids(world, who, label, method, build, status):
+    client = client_for(world, who)
+    before = db_snapshot()
+    path, body = build(world.a, world.b)
+    response = send(client, method, path, body)
+    assert_error_shape(response, status)
+    ghost_path, ghost_body = build(world.a, ghost_of(world.b))
+    ghost = send(client, method, ghost_path, ghost_body)
+    assert (ghost.status_code, ghost.json()) == (response.status_code, response.json())
+    assert str(world.b.revision.pk) not in response.content.decode()
+    assert_unchanged(before, label)
+
+
+def test_agent_mutation_with_other_companys_run_header_is_rejected(world):
+    """B's run id in X-Paperclip-Run-Id is not a run of A's agent: 403 run_mismatch, nothing written."""
+    client = AgentClient(world.a.agent, world.a.raw_key, world.b.run)
+    before = db_snapshot()
+    for method, path, body in [
+        ("POST", f"/api/companies/{s(world.a.company)}/issues", {"title": "x"}),
+        ("PATCH", f"/api/issues/{s(world.a.issue)}", {"title": "x"}),
+        ("POST", f"/api/issues/{s(world.a.issue)}/comments", {"body": "x"}),
+        ("POST", f"/api/issues/{s(world.a.issue)}/checkout",
+         {"agentId": s(world.a.agent), "expectedStatuses": ["todo"]}),
+    ]:
+        assert_error_shape(send(client, method, path, body), 403, "run_mismatch")
+    assert_unchanged(before, "foreign run header")
+    assert HeartbeatRun.objects.get(pk=world.b.run.pk).status == "running"
+
+
+def test_board_checkout_with_other_companys_run_is_refused(world):
+    """A board user cannot hand A's agent a checkout under B's run."""
+    client = client_for(world, "board")
+    client.credentials(HTTP_X_PAPERCLIP_RUN_ID=str(world.b.run.pk))
+    before = db_snapshot()
+    response = client.post(f"/api/issues/{s(world.a.issue)}/checkout",
+                           {"agentId": s(world.a.agent), "expectedStatuses": ["todo"]}, format="json")
+    assert_error_shape(response, 422, "run_required")
+    assert_unchanged(before, "board checkout with B's run")
+
+
+# --- routes without an id ------------------------------------------------------------------
+
+
+def test_agent_me_is_the_callers_own_agent(world):
+    response = client_for(world, "agent").get("/api/agents/me")
+    assert response.status_code == 200
+    data = response.json()
+    assert data["id"] == s(world.a.agent) and data["companyId"] == s(world.a.company)
+    assert data["company"]["id"] == s(world.a.company)
+    assert str(world.b.company.pk) not in response.content.decode()
+
+
+def test_agent_me_is_not_a_board_endpoint(world):
+    before = db_snapshot()
+    assert_error_shape(client_for(world, "board").get("/api/agents/me"), 403, "agent_only")
+    assert_unchanged(before, "board agents/me")
+
+
+@pytest.mark.parametrize("who", ACTORS)
+def test_company_list_shows_only_the_callers_companies(world, who):
+    response = client_for(world, who).get("/api/companies")
+    assert response.status_code == 200
+    assert [c["id"] for c in response.json()] == [s(world.a.company)]
+
+
+# --- no credentials ----------------------------------------------------------------------------
+
+
+UNAUTHENTICATED = sorted({(c.route, c.method): c for c in CASES}.values(), key=lambda c: (c.route, c.method)) + [
+    Case("agent-me", "agent-me", "GET", lambda o, t: ("/api/agents/me", None)),
+    Case("company-list", "company-list", "GET", lambda o, t: ("/api/companies", None)),
+]
+
+
+@pytest.mark.parametrize("case", UNAUTHENTICATED, ids=lambda c: f"{c.method} {c.route}")
+def test_unauthenticated_request_is_401_with_the_error_shape(world, case):
+    path, body = case.build(world.a, world.a)
+    before = db_snapshot()
+    response = send(APIClient(), case.method, path, body)
+    assert_error_shape(response, 401, "unauthorized")
+    assert response["WWW-Authenticate"].lower().startswith("bearer")
+    assert_unchanged(before, f"anonymous {case.method} {path}")
