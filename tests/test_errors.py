@@ -548,3 +548,9 @@ def test_wrong_method_on_a_known_path_is_405_in_the_error_shape(w):
     for method, path in [("DELETE", f"/api/issues/{w.issue.pk}"), ("PUT", f"/api/issues/{w.issue.pk}/comments"),
                          ("POST", f"/api/runs/{w.me.run.pk}"), ("PATCH", "/api/agents/me")]:
         assert_error(send(w.me, method, path, {}), 405, "method_not_allowed")
+
+
+def test_ids_must_be_json_strings(board_client, company):
+    response = board_client.post(f"/api/companies/{company.pk}/issues", {"title": "x", "goalId": 5}, format="json")
+    assert response.status_code == 400
+    assert "goalId" in response.json()["error"]["details"]

@@ -16,6 +16,15 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class IdField(serializers.UUIDField):
+    """A UUID given as a JSON string; DRF's own field would also take an integer."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
 class ErrorBodySerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
@@ -217,10 +226,10 @@ class IssueCreateSerializer(StrictSerializer):
     description = serializers.CharField(required=False, allow_blank=True, default="")
     status = serializers.ChoiceField(choices=IssueStatus.choices, default=IssueStatus.TODO)
     priority = serializers.ChoiceField(choices=IssuePriority.choices, default=IssuePriority.MEDIUM)
-    parentId = serializers.UUIDField(required=False, allow_null=True)
-    projectId = serializers.UUIDField(required=False, allow_null=True)
-    goalId = serializers.UUIDField(required=False, allow_null=True)
-    assigneeAgentId = serializers.UUIDField(required=False, allow_null=True)
+    parentId = IdField(required=False, allow_null=True)
+    projectId = IdField(required=False, allow_null=True)
+    goalId = IdField(required=False, allow_null=True)
+    assigneeAgentId = IdField(required=False, allow_null=True)
     blockParentUntilDone = serializers.BooleanField(required=False, default=False)
 
 
@@ -229,15 +238,15 @@ class IssuePatchSerializer(StrictSerializer):
     description = serializers.CharField(required=False, allow_blank=True)
     status = serializers.ChoiceField(choices=IssueStatus.choices, required=False)
     priority = serializers.ChoiceField(choices=IssuePriority.choices, required=False)
-    parentId = serializers.UUIDField(required=False, allow_null=True)
-    projectId = serializers.UUIDField(required=False, allow_null=True)
-    goalId = serializers.UUIDField(required=False, allow_null=True)
-    assigneeAgentId = serializers.UUIDField(required=False, allow_null=True)
+    parentId = IdField(required=False, allow_null=True)
+    projectId = IdField(required=False, allow_null=True)
+    goalId = IdField(required=False, allow_null=True)
+    assigneeAgentId = IdField(required=False, allow_null=True)
     comment = serializers.CharField(required=False, allow_blank=False)
 
 
 class CheckoutSerializer(StrictSerializer):
-    agentId = serializers.UUIDField()
+    agentId = IdField()
     expectedStatuses = serializers.ListField(child=serializers.CharField(), allow_empty=False)
 
 
@@ -249,7 +258,7 @@ class DocumentWriteSerializer(StrictSerializer):
     body = serializers.CharField(allow_blank=True)
     title = serializers.CharField(required=False, allow_blank=True, max_length=300)
     format = serializers.CharField(required=False)
-    baseRevisionId = serializers.UUIDField(required=False, allow_null=True)
+    baseRevisionId = IdField(required=False, allow_null=True)
 
 
 class InteractionCreateSerializer(StrictSerializer):
@@ -258,7 +267,7 @@ class InteractionCreateSerializer(StrictSerializer):
     body = serializers.CharField(required=False, allow_blank=True, default="")
     payload = serializers.DictField(required=False, default=dict)
     documentKey = serializers.CharField(required=False)
-    documentRevisionId = serializers.UUIDField(required=False)
+    documentRevisionId = IdField(required=False)
 
 
 class InteractionRespondSerializer(StrictSerializer):
@@ -269,10 +278,10 @@ class InteractionRespondSerializer(StrictSerializer):
 class WakeupSerializer(StrictSerializer):
     source = serializers.ChoiceField(choices=WakeSource.choices, default=WakeSource.ON_DEMAND)
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
-    issueId = serializers.UUIDField(required=False, allow_null=True)
+    issueId = IdField(required=False, allow_null=True)
     idempotencyKey = serializers.CharField(required=False, max_length=200)
-    commentIds = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
+    commentIds = serializers.ListField(child=IdField(), required=False, default=list)
 
 
 class BlockerSerializer(StrictSerializer):
-    blockerId = serializers.UUIDField()
+    blockerId = IdField()
