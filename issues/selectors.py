@@ -38,14 +38,19 @@ def issue_detail(*, actor: Actor, pk) -> Issue:
     return issue
 
 
+def walk_up(node, attr: str = "parent"):
+    """Yield ``node``'s ancestors along ``attr``, nearest first; stops on a cycle."""
+    seen = {node.pk}
+    node = getattr(node, attr)
+    while node is not None and node.pk not in seen:
+        yield node
+        seen.add(node.pk)
+        node = getattr(node, attr)
+
+
 def ancestors(issue: Issue) -> list[Issue]:
     """Parent chain, nearest first (one query per level; trees are shallow)."""
-    chain, seen, node = [], {issue.pk}, issue.parent
-    while node is not None and node.pk not in seen:
-        chain.append(node)
-        seen.add(node.pk)
-        node = node.parent
-    return chain
+    return list(walk_up(issue))
 
 
 def open_blockers(issue: Issue) -> list[Issue]:
@@ -57,12 +62,7 @@ def open_blockers(issue: Issue) -> list[Issue]:
 
 
 def chain_of_command(agent) -> list:
-    chain, seen, node = [], {agent.pk}, agent.reports_to
-    while node is not None and node.pk not in seen:
-        chain.append(node)
-        seen.add(node.pk)
-        node = node.reports_to
-    return chain
+    return list(walk_up(agent, "reports_to"))
 
 
 def approval_get(*, actor: Actor, pk) -> Approval:

@@ -10,9 +10,16 @@ from django.utils import timezone
 
 from issues import events
 from issues.actors import Actor
-from issues.choices import PRIORITY_RANK, IssuePriority, IssueStatus, OriginKind, RelationKind
+from issues.choices import (
+    PRIORITY_RANK,
+    IssuePriority,
+    IssueStatus,
+    OriginKind,
+    RelationKind,
+)
 from issues.exceptions import InvalidInput, NotCheckoutOwner, Unprocessable
 from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
+from issues.selectors import walk_up
 
 from .activity import activity_record
 from .lookups import company_object
@@ -35,14 +42,8 @@ class ParentAdjustment:
 
 
 def _depth(issue: Issue | None) -> int:
-    """1 for a top-level issue; walks parents (bounded by the tree's height)."""
-    depth = 0
-    seen = set()
-    while issue is not None and issue.pk not in seen:
-        seen.add(issue.pk)
-        depth += 1
-        issue = issue.parent
-    return depth
+    """1 for a top-level issue."""
+    return 0 if issue is None else 1 + sum(1 for _ in walk_up(issue))
 
 
 def _agent_parent(requested: Issue | None) -> tuple[Issue | None, ParentAdjustment | None]:
@@ -183,13 +184,7 @@ def relation_add(*, actor: Actor, blocker: Issue, blocked: Issue) -> IssueRelati
 
 
 def _is_descendant(candidate: Issue, ancestor_id) -> bool:
-    node, seen = candidate, set()
-    while node is not None and node.pk not in seen:
-        if node.pk == ancestor_id:
-            return True
-        seen.add(node.pk)
-        node = node.parent
-    return False
+    return candidate.pk == ancestor_id or any(node.pk == ancestor_id for node in walk_up(candidate))
 
 
 UPDATABLE = {"title", "description", "status", "priority", "assignee_agent_id", "parent_id", "project_id", "goal_id"}
