@@ -26,12 +26,14 @@ from issues.models import (
     Document,
     DocumentRevision,
     Goal,
+    ExecutionWorkspace,
     HeartbeatRun,
     Interaction,
     Issue,
     IssueRelation,
     Membership,
     Project,
+    RunEvent,
     WakeupRequest,
     WorkProduct,
 )
@@ -446,6 +448,13 @@ class ApprovalIssueAdmin(admin.ModelAdmin):
 # --- run machinery -----------------------------------------------------------------------------------
 
 
+class RunEventInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = RunEvent
+    fields = ("seq", "kind", "message", "created_at")
+    readonly_fields = fields
+    ordering = ("-seq",)
+
+
 @admin.register(HeartbeatRun)
 class HeartbeatRunAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     """Runs are created and finished by the scheduler and the run services."""
@@ -455,6 +464,7 @@ class HeartbeatRunAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("status", "invocation_source", "company")
     search_fields = ("agent__name", "issue__identifier", "wake_reason", "error")
     list_select_related = ("agent", "company", "issue")
+    inlines = [RunEventInline]
     date_hierarchy = "created_at"
 
 
@@ -465,6 +475,28 @@ class WakeupRequestAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("agent__name", "issue__identifier", "reason", "idempotency_key")
     list_select_related = ("agent", "issue", "run")
     date_hierarchy = "created_at"
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("run", "seq", "kind", "short_message", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("message", "run__id")
+    list_select_related = ("run",)
+
+    @admin.display(description="message")
+    def short_message(self, obj):
+        return _short(obj.message)
+
+
+@admin.register(ExecutionWorkspace)
+class ExecutionWorkspaceAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Workspaces are realized and removed by the host, never edited by hand."""
+
+    list_display = ("key", "company", "project", "source_issue", "strategy", "status", "branch", "last_used_at")
+    list_filter = ("strategy", "status", "company")
+    search_fields = ("key", "path", "branch", "source_issue__identifier")
+    list_select_related = ("company", "project", "source_issue")
 
 
 # --- audit -------------------------------------------------------------------------------------------

@@ -177,3 +177,37 @@ class ActorType(models.TextChoices):
     USER = "user"
     AGENT = "agent"
     SYSTEM = "system"
+
+
+class RunLiveness(models.TextChoices):
+    COMPLETED = "completed"
+    ADVANCED = "advanced"
+    PLAN_ONLY = "plan_only"
+    EMPTY_RESPONSE = "empty_response"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    NEEDS_FOLLOWUP = "needs_followup"
+
+
+# Only these may enqueue a liveness continuation (Heartbeat Protocol, run liveness).
+CONTINUABLE_LIVENESS = (RunLiveness.PLAN_ONLY, RunLiveness.EMPTY_RESPONSE)
+
+
+class RunEventKind(models.TextChoices):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    SYSTEM = "system"
+    USAGE = "usage"
+    HEARTBEAT = "heartbeat"
+
+
+class WorkspaceStrategy(models.TextChoices):
+    SHARED = "shared_workspace"
+    ISOLATED = "isolated_workspace"
+    AGENT_DEFAULT = "agent_default"
+
+
+class WorkspaceStatus(models.TextChoices):
+    ACTIVE = "active"
+    REMOVED = "removed"
+    FAILED = "failed"

@@ -18,6 +18,7 @@ from issues.models import (
     Company,
     Document,
     DocumentRevision,
+    ExecutionWorkspace,
     Goal,
     HeartbeatRun,
     Interaction,
@@ -25,6 +26,7 @@ from issues.models import (
     IssueRelation,
     Membership,
     Project,
+    RunEvent,
     WakeupRequest,
     WorkProduct,
 )
@@ -38,7 +40,7 @@ from tests.factories import AgentFactory, CompanyFactory, GoalFactory, Membershi
 ALL_MODELS = [
     Company, Membership, Project, Goal, Agent, AgentApiKey, Issue, IssueRelation,
     Comment, Document, DocumentRevision, WorkProduct, Interaction, Approval, ApprovalIssue, HeartbeatRun,
-    WakeupRequest, ActivityLog,
+    WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace,
 ]
 
 
@@ -90,7 +92,10 @@ def world(db, admin_user):
     approval = Approval.objects.create(company=company, title="Hire a designer", requested_by_agent=agent)
     approval_issue = ApprovalIssue.objects.create(approval=approval, issue=issue)
     wakeup = agent_wakeup(actor=SYSTEM, agent=agent, issue=issue, reason="assigned")
-    return SimpleNamespace(
+    run_event = RunEvent.objects.create(run=wakeup.run, seq=1, kind="stdout", message="hello")
+    workspace = ExecutionWorkspace.objects.create(company=company, project=project, source_issue=issue,
+                                                  strategy="isolated_workspace", key="ACME-1", path="/tmp/ws/ACME-1")
+    return SimpleNamespace(run_event=run_event, workspace=workspace,
         company=company, membership=membership, project=project, goal=goal, agent=agent, key=key, raw_key=raw_key,
         issue=issue, blocker=blocker, relation=relation, comment=comment, document=revision.document,
         revision=revision, interaction=interaction, work_product=work_product, approval=approval,
@@ -106,7 +111,7 @@ def objects_of(world):
         Comment: world.comment, Document: world.document, DocumentRevision: world.revision,
         WorkProduct: world.work_product, Interaction: world.interaction, Approval: world.approval,
         ApprovalIssue: world.approval_issue, HeartbeatRun: world.run, WakeupRequest: world.wakeup,
-        ActivityLog: world.activity,
+        ActivityLog: world.activity, RunEvent: world.run_event, ExecutionWorkspace: world.workspace,
     }
 
 

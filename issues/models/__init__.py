@@ -3,7 +3,7 @@ from .agent import Agent, AgentApiKey
 from .approval import Approval, ApprovalIssue
 from .company import Company, Goal, Membership, Project
 from .issue import Issue, IssueRelation
-from .run import HeartbeatRun, WakeupRequest
+from .run import ExecutionWorkspace, HeartbeatRun, RunEvent, WakeupRequest
 from .thread import Comment, Document, DocumentRevision, Interaction, WorkProduct
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Company",
     "Document",
     "DocumentRevision",
+    "ExecutionWorkspace",
     "Goal",
     "HeartbeatRun",
     "Interaction",
@@ -23,6 +24,7 @@ __all__ = [
     "IssueRelation",
     "Membership",
     "Project",
+    "RunEvent",
     "WakeupRequest",
     "WorkProduct",
 ]

@@ -2,7 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
 
-from issues.choices import CompanyStatus, MemberRole
+from issues.choices import CompanyStatus, MemberRole, WorkspaceStrategy
 
 from .base import UUIDModel, choices_check
 
@@ -54,11 +54,21 @@ class Project(UUIDModel):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     status = models.CharField(max_length=32, default="active")
+    # Execution workspaces: how and from where runs of this project's issues get a folder.
+    workspace_strategy = models.CharField(max_length=24, choices=WorkspaceStrategy.choices,
+                                          default=WorkspaceStrategy.AGENT_DEFAULT)
+    repository = models.CharField(max_length=1000, blank=True, help_text="Local path or URL of the git repository.")
+    base_ref = models.CharField(max_length=200, blank=True, help_text="Branch or commit new worktrees start from.")
+    branch_template = models.CharField(max_length=200, default="paperclip/{identifier}")
+    workspace_hooks = models.JSONField(default=dict, blank=True,
+                                       help_text="after_create, before_run, after_run, before_remove shell commands.")
+    hook_timeout_seconds = models.PositiveIntegerField(default=120)
 
     class Meta:
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(Lower("name"), "company", name="project_name_unique_per_company"),
+            choices_check("workspace_strategy", WorkspaceStrategy, "project_workspace_strategy_valid"),
         ]
 
     def __str__(self):

@@ -2,7 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from issues.choices import IssuePriority, IssueStatus, OriginKind, RelationKind
+from issues.choices import IssuePriority, IssueStatus, OriginKind, RelationKind, WorkspaceStrategy
 
 from .base import UUIDModel, choices_check
 from .company import Company, Goal, Project
@@ -50,6 +50,14 @@ class Issue(UUIDModel):
         "issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="executing_issues"
     )
     execution_locked_at = models.DateTimeField(null=True, blank=True)
+    # Workspace binding and preference. A child never inherits these from its parent (seed 000).
+    execution_workspace = models.ForeignKey(
+        "issues.ExecutionWorkspace", null=True, blank=True, on_delete=models.SET_NULL, related_name="bound_issues"
+    )
+    workspace_strategy = models.CharField(max_length=24, choices=WorkspaceStrategy.choices, blank=True,
+                                          help_text="Blank: the project's strategy.")
+    workspace_reuse_existing = models.BooleanField(default=False)
+    workspace_branch = models.CharField(max_length=200, blank=True, help_text="A pinned branch, if any.")
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)

@@ -3,7 +3,16 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from issues.choices import LIVE_RUN_STATUSES, RunStatus, WakeSource, WakeStatus
+from issues.choices import (
+    LIVE_RUN_STATUSES,
+    RunEventKind,
+    RunLiveness,
+    RunStatus,
+    WakeSource,
+    WakeStatus,
+    WorkspaceStatus,
+    WorkspaceStrategy,
+)
 
 from .base import UUIDModel, choices_check
 from .company import Company
@@ -20,13 +29,42 @@ class HeartbeatRun(UUIDModel):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Liveness: what the run achieved, reported by the agent or derived by the host.
+    liveness = models.CharField(max_length=16, choices=RunLiveness.choices, blank=True)
+    liveness_reason = models.CharField(max_length=300, blank=True)
+    # The chain this run belongs to (the first run of a retry/continuation sequence).
+    source_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="followups")
+    continuation_attempt = models.PositiveIntegerField(default=0)
+    retry_attempt = models.PositiveIntegerField(default=0)
+    scheduled_for = models.DateTimeField(null=True, blank=True, help_text="When a scheduled retry becomes due.")
+    # Who runs it: the scheduler/worker session that started the process (never stop another's).
+    owner = models.CharField(max_length=200, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    adapter_type = models.CharField(max_length=16, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    stop_reason = models.CharField(max_length=200, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cost_cents = models.PositiveIntegerField(default=0)
+    context = models.JSONField(default=dict, blank=True, help_text="Wake context: reason, comment ids, approval.")
+    workspace = models.ForeignKey(
+        "issues.ExecutionWorkspace", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    event_seq = models.PositiveBigIntegerField(default=0, help_text="Last RunEvent sequence number.")
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["agent", "status"], name="run_agent_status_idx")]
+        indexes = [
+            models.Index(fields=["agent", "status"], name="run_agent_status_idx"),
+            models.Index(fields=["status", "last_heartbeat_at"], name="run_status_heartbeat_idx"),
+        ]
         constraints = [
             choices_check("status", RunStatus, "run_status_valid"),
             choices_check("invocation_source", WakeSource, "run_invocation_source_valid"),
+            models.CheckConstraint(condition=Q(liveness="") | Q(liveness__in=RunLiveness.values),
+                                   name="run_liveness_valid"),
             models.CheckConstraint(
                 condition=Q(status__in=LIVE_RUN_STATUSES) | Q(finished_at__isnull=False),
                 name="run_terminal_has_finished_at",
@@ -59,6 +97,11 @@ class WakeupRequest(UUIDModel):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     skip_reason = models.CharField(max_length=200, blank=True)
+    # Deferred while another run holds the issue's execution lock; promoted when it ends.
+    deferred_for_run = models.ForeignKey(
+        HeartbeatRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="deferred_wakeups"
+    )
+    context = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -71,3 +114,54 @@ class WakeupRequest(UUIDModel):
                 name="wakeup_idempotency_unique_per_agent",
             ),
         ]
+
+
+class RunEvent(models.Model):
+    """The run's log and events, paged by ``seq`` (a cursor that never repeats within a run)."""
+
+    run = models.ForeignKey(HeartbeatRun, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=16, choices=RunEventKind.choices)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq_unique"),
+            choices_check("kind", RunEventKind, "run_event_kind_valid"),
+        ]
+
+
+class ExecutionWorkspace(UUIDModel):
+    """Where an issue's runs work: a git worktree of its own, or the project's shared folder."""
+
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey("issues.Project", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="workspaces")
+    source_issue = models.ForeignKey(Issue, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="created_workspaces")
+    strategy = models.CharField(max_length=24, choices=WorkspaceStrategy.choices)
+    key = models.CharField(max_length=120)
+    path = models.CharField(max_length=1000)
+    branch = models.CharField(max_length=200, blank=True)
+    base_ref = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=WorkspaceStatus.choices, default=WorkspaceStatus.ACTIVE)
+    # The run writing in a shared workspace; a second writer waits (workspace_busy).
+    writer_run = models.ForeignKey(HeartbeatRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    hook_log = models.JSONField(default=list, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            choices_check("strategy", WorkspaceStrategy, "workspace_strategy_valid"),
+            choices_check("status", WorkspaceStatus, "workspace_status_valid"),
+            models.UniqueConstraint(fields=["company", "key"], condition=Q(status="active"),
+                                    name="workspace_active_key_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.key} ({self.strategy})"
