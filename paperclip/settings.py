@@ -162,6 +162,20 @@ PAPERCLIP = {
     "MAX_AGENT_TASK_DEPTH": 2,
     "API_LIST_DEFAULT_LIMIT": env.int("PAPERCLIP_API_LIST_DEFAULT_LIMIT", default=500),
     "API_LIST_MAX_LIMIT": 1000,
+    # Where agent processes call back (PAPERCLIP_API_URL in their environment).
+    "API_URL": env("PAPERCLIP_API_URL", default="http://127.0.0.1:8000/api"),
+    # Runs (seed 003): heartbeat cadence and staleness, retry backoff, continuations.
+    "RUN_HEARTBEAT_INTERVAL_SECONDS": env.int("PAPERCLIP_RUN_HEARTBEAT_INTERVAL_SECONDS", default=60),
+    "RUN_HEARTBEAT_STALE_SECONDS": env.int("PAPERCLIP_RUN_HEARTBEAT_STALE_SECONDS", default=300),
+    "RUN_RETRY_BASE_SECONDS": 10,
+    "RUN_RETRY_MAX_BACKOFF_SECONDS": 300,
+    "RUN_MAX_RETRIES": env.int("PAPERCLIP_RUN_MAX_RETRIES", default=3),
+    "RUN_MAX_CONTINUATIONS": env.int("PAPERCLIP_RUN_MAX_CONTINUATIONS", default=2),
+    "RUN_TIMEOUT_SECONDS": env.int("PAPERCLIP_RUN_TIMEOUT_SECONDS", default=3600),
+    # Execution workspaces.
+    "WORKSPACE_ROOT": env("PAPERCLIP_WORKSPACE_ROOT", default=str(VAR_DIR / "workspaces")),
+    "WORKSPACE_RETENTION_SECONDS": env.int("PAPERCLIP_WORKSPACE_RETENTION_SECONDS", default=24 * 3600),
+    "WORKSPACE_DISK_CAP_BYTES": env.int("PAPERCLIP_WORKSPACE_DISK_CAP_BYTES", default=20 * 1024**3),
 }
 
 LOGGING = {

@@ -60,6 +60,9 @@ class AgentApiKey(UUIDModel):
     key_hash = models.CharField(max_length=64, unique=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A run-scoped key is handed to one agent process and dies with its run.
+    run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.CASCADE,
+                            related_name="api_keys")
 
     class Meta:
         ordering = ["-created_at"]
