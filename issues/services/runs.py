@@ -108,3 +108,31 @@ def run_finish(*, run: HeartbeatRun, status: str, error: str = "", actor: Actor 
                         details={"status": status, "releasedIssueIds": [str(pk) for pk in released]})
         events.announce(events.run_finished, run=run)
     return run
+
+
+def run_append_event(*, run_id, kind: str, message: str = "", data=None, liveness: bool = True):
+    """Append to the run's log. Output counts as liveness (it refreshes last_heartbeat_at)."""
+    from django.db.models import F
+
+    from issues.models import RunEvent
+
+    now = timezone.now()
+    with transaction.atomic():
+        updates = {"event_seq": F("event_seq") + 1}
+        if liveness:
+            updates["last_heartbeat_at"] = now
+        HeartbeatRun.objects.filter(pk=run_id).update(**updates)
+        seq = HeartbeatRun.objects.values_list("event_seq", flat=True).get(pk=run_id)
+        return RunEvent.objects.create(run_id=run_id, seq=seq, kind=kind, message=message, data=data or {})
+
+
+def run_mark_running(*, run: HeartbeatRun, owner: str = "", pid: int | None = None) -> HeartbeatRun:
+    """The process started: record who owns it (only the owner may stop it) and its pid."""
+    from issues.choices import RunStatus
+
+    now = timezone.now()
+    HeartbeatRun.objects.filter(pk=run.pk, status__in=LIVE_RUN_STATUSES).update(
+        status=RunStatus.RUNNING, started_at=now, last_heartbeat_at=now, owner=owner, pid=pid, updated_at=now
+    )
+    run.refresh_from_db()
+    return run
