@@ -104,7 +104,7 @@ def create_bench_data(args) -> dict:
         agent_create,
         company_create,
     )
-    from issues.services.runs import agent_wakeup
+    from issues.services.wakeups import agent_wakeup
 
     call_command("migrate", interactive=False, verbosity=0)
     call_command("flush", interactive=False, verbosity=0)

@@ -127,7 +127,14 @@ def actor_from_request(request) -> Actor:
         return cached
     principal = request.user
     if isinstance(principal, Agent):
-        actor = Actor(agent=principal, run_header=request.headers.get(RUN_HEADER))
+        header = request.headers.get(RUN_HEADER)
+        key_run = getattr(request.auth, "run_id", None)
+        if key_run is not None:
+            # A run-scoped key implies its run and can speak for no other.
+            if header and header != str(key_run):
+                raise Forbidden(f"{RUN_HEADER} does not match this run-scoped key.", code="run_mismatch")
+            header = str(key_run)
+        actor = Actor(agent=principal, run_header=header)
     elif principal is not None and principal.is_authenticated:
         actor = Actor(user=principal)
     else:

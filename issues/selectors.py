@@ -8,7 +8,7 @@ from django.db.models import Q
 from issues.actors import Actor
 from issues.exceptions import InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
-from issues.models import Approval, Comment, Document, HeartbeatRun, Issue
+from issues.models import Approval, Comment, Document, HeartbeatRun, Issue, RunEvent
 
 ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")
 
@@ -138,6 +138,19 @@ def comment_list(*, issue: Issue, params):
         if anchor is None:
             raise InvalidInput(details={"after": ["No such comment on this issue."]})
         qs = qs.filter(Q(created_at__gt=anchor.created_at) | Q(created_at=anchor.created_at, id__gt=anchor.id))
+    limit, _ = list_window(params)
+    return qs[:limit]
+
+
+def run_events(*, run: HeartbeatRun, params):
+    """The run's log after a cursor (``after`` = last seq seen)."""
+    qs = RunEvent.objects.filter(run=run).order_by("seq")
+    after = params.get("after")
+    if after is not None:
+        try:
+            qs = qs.filter(seq__gt=int(after))
+        except ValueError:
+            raise InvalidInput(details={"after": ["Must be an integer sequence number."]}) from None
     limit, _ = list_window(params)
     return qs[:limit]
 

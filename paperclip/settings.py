@@ -156,6 +156,9 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE = {
+    "paperclip-sweep": {"task": "issues.tasks.sweep", "schedule": env.float("PAPERCLIP_SWEEP_SECONDS", default=15.0)},
+}
 
 PAPERCLIP = {
     # Agent-created task trees are at most parent + child (seed 004).
@@ -164,6 +167,9 @@ PAPERCLIP = {
     "API_LIST_MAX_LIMIT": 1000,
     # Where agent processes call back (PAPERCLIP_API_URL in their environment).
     "API_URL": env("PAPERCLIP_API_URL", default="http://127.0.0.1:8000/api"),
+    # With a broker, commits kick the dispatcher through Celery; without one the in-process
+    # worker (manage.py paperclip_worker) polls, so nothing blocks a web request.
+    "KICK_ON_COMMIT": bool(env("CELERY_BROKER_URL")) and not env.bool("CELERY_TASK_ALWAYS_EAGER", default=False),
     # Runs (seed 003): heartbeat cadence and staleness, retry backoff, continuations.
     "RUN_HEARTBEAT_INTERVAL_SECONDS": env.int("PAPERCLIP_RUN_HEARTBEAT_INTERVAL_SECONDS", default=60),
     "RUN_HEARTBEAT_STALE_SECONDS": env.int("PAPERCLIP_RUN_HEARTBEAT_STALE_SECONDS", default=300),

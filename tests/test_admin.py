@@ -33,7 +33,7 @@ from issues.models import (
 from issues.models.agent import hash_key
 from issues.services.companies import agent_api_key_create
 from issues.services.issues import issue_create, relation_add
-from issues.services.runs import agent_wakeup
+from issues.services.wakeups import agent_wakeup
 from issues.services.thread import comment_create, document_write, interaction_create
 from tests.factories import AgentFactory, CompanyFactory, GoalFactory, MembershipFactory, ProjectFactory
 

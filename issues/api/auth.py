@@ -4,8 +4,8 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from issues.choices import AgentStatus
-from issues.models import AgentApiKey
+from issues.choices import LIVE_RUN_STATUSES, AgentStatus
+from issues.models import AgentApiKey, HeartbeatRun
 from issues.models.agent import hash_key
 
 # last_used_at is bookkeeping; writing it on every request would turn reads into writes.
@@ -32,6 +32,8 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         if key.agent.status == AgentStatus.TERMINATED:
             raise exceptions.AuthenticationFailed("This agent has been terminated.")
+        if key.run_id and not HeartbeatRun.objects.filter(pk=key.run_id, status__in=LIVE_RUN_STATUSES).exists():
+            raise exceptions.AuthenticationFailed("This run-scoped key's run has ended.")
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
             AgentApiKey.objects.filter(pk=key.pk).update(last_used_at=now)

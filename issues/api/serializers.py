@@ -1,7 +1,7 @@
 """API shapes (camelCase, as in the Heartbeat Protocol). Input serializers reject unknown fields."""
 from rest_framework import serializers
 
-from issues.choices import IssuePriority, IssueStatus, WakeSource
+from issues.choices import IssuePriority, IssueStatus, RunLiveness, WakeSource
 
 
 class StrictSerializer(serializers.Serializer):
@@ -206,6 +206,34 @@ class RunSerializer(serializers.Serializer):
     startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
     finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
+    liveness = serializers.CharField()
+    livenessReason = serializers.CharField(source="liveness_reason")
+    continuationAttempt = serializers.IntegerField(source="continuation_attempt")
+    retryAttempt = serializers.IntegerField(source="retry_attempt")
+    sourceRunId = serializers.UUIDField(source="source_run_id", allow_null=True)
+    scheduledFor = serializers.DateTimeField(source="scheduled_for", allow_null=True)
+    lastHeartbeatAt = serializers.DateTimeField(source="last_heartbeat_at", allow_null=True)
+    exitCode = serializers.IntegerField(source="exit_code", allow_null=True)
+    error = serializers.CharField()
+    stopRequested = serializers.SerializerMethodField()
+    stopReason = serializers.CharField(source="stop_reason")
+    usage = serializers.SerializerMethodField()
+    workspaceId = serializers.UUIDField(source="workspace_id", allow_null=True)
+    context = serializers.JSONField()
+
+    def get_stopRequested(self, run) -> bool:
+        return run.stop_requested_at is not None
+
+    def get_usage(self, run) -> dict:
+        return {"inputTokens": run.input_tokens, "outputTokens": run.output_tokens, "costCents": run.cost_cents}
+
+
+class RunEventSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    kind = serializers.CharField()
+    message = serializers.CharField()
+    data = serializers.JSONField()
+    createdAt = serializers.DateTimeField(source="created_at")
 
 
 class WakeupResultSerializer(serializers.Serializer):
@@ -285,3 +313,15 @@ class WakeupSerializer(StrictSerializer):
 
 class BlockerSerializer(StrictSerializer):
     blockerId = IdField()
+
+
+class UsageSerializer(StrictSerializer):
+    inputTokens = serializers.IntegerField(min_value=0, required=False, default=0)
+    outputTokens = serializers.IntegerField(min_value=0, required=False, default=0)
+    costCents = serializers.IntegerField(min_value=0, required=False, default=0)
+
+
+class RunHeartbeatSerializer(StrictSerializer):
+    liveness = serializers.ChoiceField(choices=RunLiveness.choices, required=False)
+    livenessReason = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
+    usage = UsageSerializer(required=False)

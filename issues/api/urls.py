@@ -22,4 +22,7 @@ urlpatterns = [
     path("approvals/<uuid:approval_id>", views.ApprovalView.as_view(), name="approval-detail"),
     path("approvals/<uuid:approval_id>/issues", views.ApprovalIssuesView.as_view(), name="approval-issues"),
     path("runs/<uuid:run_id>", views.RunDetailView.as_view(), name="run-detail"),
+    path("runs/<uuid:run_id>/heartbeat", views.RunHeartbeatView.as_view(), name="run-heartbeat"),
+    path("runs/<uuid:run_id>/events", views.RunEventsView.as_view(), name="run-events"),
+    path("issues/<str:issue_id>/run/stop", views.IssueRunStopView.as_view(), name="issue-run-stop"),
 ]

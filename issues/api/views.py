@@ -15,6 +15,7 @@ from issues.filtersets import IssueFilterSet, openapi_parameters
 from issues.models import Agent, Interaction, Issue
 from issues.services import checkout as checkout_services
 from issues.services import issues as issue_services
+from issues.services import wakeups as wakeup_services
 from issues.services import runs as run_services
 from issues.services import thread as thread_services
 from issues.services.lookups import company_object
@@ -256,11 +257,46 @@ class AgentWakeupView(APIView):
         if actor.is_agent and actor.agent.pk != agent.pk:
             actor.require_live_run()  # waking another agent is a mutation made from a run
         issue = company_object(Issue, agent.company_id, data.get("issueId"), "issueId")
-        wake = run_services.agent_wakeup(
+        wake = wakeup_services.agent_wakeup(
             actor=actor, agent=agent, source=data["source"], reason=data["reason"], issue=issue,
             idempotency_key=data.get("idempotencyKey"), comment_ids=[str(c) for c in data["commentIds"]],
         )
         return Response(s.WakeupResultSerializer(wake).data, status=status.HTTP_201_CREATED)
+
+
+class RunHeartbeatView(APIView):
+    @extend_schema(request=s.RunHeartbeatSerializer, responses={200: s.RunSerializer, **ERRORS},
+                   operation_id="runs_heartbeat")
+    def post(self, request, run_id):
+        actor = actor_from_request(request)
+        run = selectors.run_get(actor=actor, pk=run_id)
+        data = parse(s.RunHeartbeatSerializer, request)
+        run = run_services.run_heartbeat(actor=actor, run=run, liveness=data.get("liveness"),
+                                         reason=data["livenessReason"], usage=data.get("usage"))
+        return Response(s.RunSerializer(run).data)
+
+
+class RunEventsView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("after", OpenApiTypes.INT, description="Return events after this seq."),
+                    *LIST_PARAMS],
+        responses={200: s.RunEventSerializer(many=True), **ERRORS}, operation_id="runs_events",
+    )
+    def get(self, request, run_id):
+        run = selectors.run_get(actor=actor_from_request(request), pk=run_id)
+        return Response(s.RunEventSerializer(selectors.run_events(run=run, params=request.query_params),
+                                             many=True).data)
+
+
+class IssueRunStopView(APIView):
+    @extend_schema(request=None, parameters=[RUN_HEADER_PARAM], responses={200: s.RunSerializer(many=True), **ERRORS},
+                   operation_id="issues_run_stop")
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_row(actor=actor, pk=issue_id)
+        if actor.is_agent:
+            actor.require_live_run()
+        return Response(s.RunSerializer(run_services.issue_run_stop(actor=actor, issue=issue), many=True).data)
 
 
 class RunDetailView(APIView):

@@ -1,121 +1,61 @@
-"""Run bookkeeping the foundation needs: wakeups that yield a run id, and run endings that
-release locks. The scheduler and adapters build on these functions."""
+"""Heartbeat runs: start, liveness, usage and budget, stop, finish (locks released in the same
+transaction), liveness continuations, retries with backoff, and stale-run abandonment."""
 from __future__ import annotations
 
-from django.db import IntegrityError, transaction
+import os
+import signal
+import socket
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from issues import events
 from issues.actors import SYSTEM, Actor
 from issues.choices import (
+    CONTINUABLE_LIVENESS,
     LIVE_RUN_STATUSES,
-    TERMINAL_ISSUE_STATUSES,
     TERMINAL_RUN_STATUSES,
-    AgentStatus,
+    AuthorType,
+    IssueStatus,
+    RunLiveness,
+    RunStatus,
     WakeSource,
     WakeStatus,
 )
-from issues.exceptions import InvalidInput, NotFound
-from issues.models import Agent, Comment, HeartbeatRun, Issue, WakeupRequest
+from issues.exceptions import Conflict, Forbidden, InvalidInput
+from issues.models import ActivityLog, Agent, Company, HeartbeatRun, Issue, RunEvent, WakeupRequest
 
 from .activity import activity_record
 
-
-def _skip_reason(agent: Agent, issue: Issue | None) -> str:
-    if agent.status in (AgentStatus.PAUSED, AgentStatus.TERMINATED):
-        return f"agent_{agent.status}"
-    if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
-        return "budget_exceeded"
-    if issue is not None and issue.status in TERMINAL_ISSUE_STATUSES:
-        return "issue_terminal"
-    return ""
+# Runs whose issue is still worth working on (continuations and retries stop otherwise).
+ACTIVE_ISSUE_STATUSES = (IssueStatus.TODO, IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueStatus.BACKLOG)
+PROGRESS_ACTIONS = ("comment.created", "document.revised", "issue.updated", "issue.created", "interaction.created")
+RETRYABLE = (RunStatus.TIMED_OUT, RunStatus.INTERRUPTED)
 
 
-def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMAND, reason: str = "",
-                 issue: Issue | None = None, idempotency_key: str | None = None,
-                 comment_ids=()) -> WakeupRequest:
-    """Record a wake and attach it to a run: a new queued run, or the live run it coalesces into."""
-    if source not in WakeSource.values:
-        raise InvalidInput(details={"source": [f"'{source}' is not one of {', '.join(WakeSource.values)}."]})
-    actor.ensure_can_write(agent.company_id)
-    comment_ids = [str(c) for c in dict.fromkeys(comment_ids)]
-    if comment_ids and Comment.objects.filter(pk__in=comment_ids, company_id=agent.company_id).count() != len(comment_ids):
-        raise NotFound("Comment not found.", details={"commentIds": ["Every comment must belong to this company."]})
-    try:
-        with transaction.atomic():
-            # One wake at a time per agent, so two wakes can never both start a run.
-            agent = Agent.objects.select_for_update().get(pk=agent.pk)
-            if idempotency_key:
-                existing = WakeupRequest.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
-                if existing:
-                    return existing
-            wake = WakeupRequest(
-                company_id=agent.company_id, agent=agent, issue=issue, source=source, reason=reason,
-                idempotency_key=idempotency_key or None, comment_ids=list(comment_ids),
-                requested_by_agent=actor.agent, requested_by_user=actor.user if actor.is_board else None,
-            )
-            skip = _skip_reason(agent, issue)
-            live = None if skip else (
-                HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES)
-                .order_by("created_at").first()
-            )
-            if skip:
-                wake.status, wake.skip_reason = WakeStatus.SKIPPED, skip
-            elif live:
-                wake.status, wake.run = WakeStatus.COALESCED, live
-                primary = WakeupRequest.objects.filter(run=live).exclude(status=WakeStatus.COALESCED).first()
-                if primary:
-                    primary.coalesced_count += 1
-                    primary.comment_ids = primary.comment_ids + list(comment_ids)
-                    primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
-            else:
-                wake.run = HeartbeatRun.objects.create(
-                    company_id=agent.company_id, agent=agent, issue=issue, invocation_source=source,
-                    wake_reason=reason,
-                )
-                wake.status = WakeStatus.CLAIMED
-            wake.save()
-            activity_record(actor=actor, company_id=agent.company_id, action="agent.wakeup_requested",
-                            entity_type="agent", entity_id=agent.pk, run=wake.run,
-                            details={"wakeupId": str(wake.pk), "status": wake.status, "source": source,
-                                     "issueId": str(issue.pk) if issue else None, "skipReason": wake.skip_reason})
-            return wake
-    except IntegrityError:
-        # A concurrent request with the same idempotency key won the insert.
-        return WakeupRequest.objects.get(agent=agent, idempotency_key=idempotency_key)
+def this_owner() -> str:
+    """Identifies the process that starts agent processes; only it may kill them."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def run_finish(*, run: HeartbeatRun, status: str, error: str = "", actor: Actor = SYSTEM) -> HeartbeatRun:
-    """End a run; every issue lock it held is released in the same transaction."""
-    if status not in TERMINAL_RUN_STATUSES:
-        raise InvalidInput(details={"status": [f"'{status}' is not a terminal run status."]})
-    now = timezone.now()
-    with transaction.atomic():
-        run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
-        if run.status in TERMINAL_RUN_STATUSES:
-            return run
-        run.status, run.finished_at, run.error = status, now, error
-        run.save(update_fields=["status", "finished_at", "error", "updated_at"])
-        WakeupRequest.objects.filter(run=run, status=WakeStatus.CLAIMED).update(
-            status=WakeStatus.COMPLETED, updated_at=now
-        )
-        released = list(Issue.objects.filter(checkout_run=run).values_list("pk", flat=True))
-        released += Issue.objects.filter(execution_run=run).exclude(pk__in=released).values_list("pk", flat=True)
-        Issue.objects.filter(checkout_run=run).update(checkout_run=None, updated_at=now)
-        Issue.objects.filter(execution_run=run).update(execution_run=None, execution_locked_at=None, updated_at=now)
-        activity_record(actor=actor, company_id=run.company_id, action="run.finished", entity_type="run",
-                        entity_id=run.pk, run=run,
-                        details={"status": status, "releasedIssueIds": [str(pk) for pk in released]})
-        events.announce(events.run_finished, run=run)
-    return run
+def runtime_setting(agent: Agent, name: str, default_key: str) -> int:
+    value = (agent.runtime_config or {}).get(name)
+    return int(value) if isinstance(value, int) and value >= 0 else settings.PAPERCLIP[default_key]
 
 
-def run_append_event(*, run_id, kind: str, message: str = "", data=None, liveness: bool = True):
+def retry_delay(attempt: int) -> timedelta:
+    """Backoff before retry ``attempt`` (1-based): min(base × 2^(attempt−1), cap)."""
+    base, cap = settings.PAPERCLIP["RUN_RETRY_BASE_SECONDS"], settings.PAPERCLIP["RUN_RETRY_MAX_BACKOFF_SECONDS"]
+    return timedelta(seconds=min(base * 2 ** (attempt - 1), cap))
+
+
+# --- while running ---------------------------------------------------------------------------
+def run_append_event(*, run_id, kind: str, message: str = "", data=None, liveness: bool = True) -> RunEvent:
     """Append to the run's log. Output counts as liveness (it refreshes last_heartbeat_at)."""
-    from django.db.models import F
-
-    from issues.models import RunEvent
-
     now = timezone.now()
     with transaction.atomic():
         updates = {"event_seq": F("event_seq") + 1}
@@ -127,12 +67,248 @@ def run_append_event(*, run_id, kind: str, message: str = "", data=None, livenes
 
 
 def run_mark_running(*, run: HeartbeatRun, owner: str = "", pid: int | None = None) -> HeartbeatRun:
-    """The process started: record who owns it (only the owner may stop it) and its pid."""
-    from issues.choices import RunStatus
-
+    """The process started: record who owns it (only the owner may kill it) and its pid."""
     now = timezone.now()
     HeartbeatRun.objects.filter(pk=run.pk, status__in=LIVE_RUN_STATUSES).update(
-        status=RunStatus.RUNNING, started_at=now, last_heartbeat_at=now, owner=owner, pid=pid, updated_at=now
+        status=RunStatus.RUNNING, started_at=Coalesce("started_at", now), last_heartbeat_at=now, owner=owner,
+        pid=pid, updated_at=now,
     )
     run.refresh_from_db()
     return run
+
+
+def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = None, reason: str = "",
+                  usage: dict | None = None) -> HeartbeatRun:
+    """A worker heartbeat: refreshes liveness, records reported liveness and cumulative usage."""
+    if actor.is_agent and actor.agent.pk != run.agent_id:
+        raise Forbidden("Agents heartbeat their own runs only.", code="run_mismatch")
+    actor.ensure_can_write(run.company_id)
+    if liveness and liveness not in RunLiveness.values:
+        raise InvalidInput(details={"liveness": [f"Must be one of {', '.join(RunLiveness.values)}."]})
+    now = timezone.now()
+    with transaction.atomic():
+        run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
+        if run.status not in LIVE_RUN_STATUSES:
+            raise Conflict("The run has ended.", code="run_not_live", details={"status": run.status})
+        run.last_heartbeat_at = now
+        if run.status != RunStatus.RUNNING:
+            run.status, run.started_at = RunStatus.RUNNING, run.started_at or now
+        if liveness:
+            run.liveness, run.liveness_reason = liveness, reason[:300]
+        run.save()
+        if usage:
+            _record_usage(run, usage)
+    return run
+
+
+def _record_usage(run: HeartbeatRun, usage: dict):
+    """Usage is reported as the run's running totals, so a repeated report adds nothing twice."""
+    totals = {name: max(int(usage.get(key) or 0), getattr(run, name))
+              for key, name in (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
+                                ("costCents", "cost_cents"))}
+    delta_cost = totals["cost_cents"] - run.cost_cents
+    HeartbeatRun.objects.filter(pk=run.pk).update(**totals)
+    for name, value in totals.items():
+        setattr(run, name, value)
+    if delta_cost <= 0:
+        return
+    Agent.objects.filter(pk=run.agent_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
+    Company.objects.filter(pk=run.company_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
+    agent = Agent.objects.get(pk=run.agent_id)
+    if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
+        # Hard stop: this run is stopped now, not only the next one refused.
+        Agent.objects.filter(pk=agent.pk).update(pause_reason="budget_exceeded")
+        _request_stop(run, "budget_exceeded")
+        activity_record(actor=SYSTEM, company_id=run.company_id, action="agent.budget_exceeded",
+                        entity_type="agent", entity_id=agent.pk, run=run,
+                        details={"spentCents": agent.spent_monthly_cents, "budgetCents": agent.budget_monthly_cents})
+
+
+# --- stopping ---------------------------------------------------------------------------------
+def _request_stop(run: HeartbeatRun, reason: str):
+    now = timezone.now()
+    HeartbeatRun.objects.filter(pk=run.pk, stop_requested_at__isnull=True).update(
+        stop_requested_at=now, stop_reason=reason, updated_at=now)
+    run.stop_requested_at, run.stop_reason = run.stop_requested_at or now, run.stop_reason or reason
+    if run.status != RunStatus.RUNNING or not run.pid:
+        # No process of ours to signal (queued, or an external agent): end it here.
+        transaction.on_commit(lambda: run_finish(run=run, status=RunStatus.CANCELLED, error=f"stopped: {reason}"))
+
+
+def issue_run_stop(*, actor: Actor, issue: Issue) -> list[HeartbeatRun]:
+    """Stop the live runs of this one issue; the agent is never paused."""
+    actor.ensure_can_write(issue.company_id)
+    with transaction.atomic():
+        runs = list(HeartbeatRun.objects.select_for_update().filter(issue=issue, status__in=LIVE_RUN_STATUSES))
+        if issue.execution_run_id and all(r.pk != issue.execution_run_id for r in runs):
+            runs += list(HeartbeatRun.objects.select_for_update().filter(
+                pk=issue.execution_run_id, status__in=LIVE_RUN_STATUSES))
+        for run in runs:
+            _request_stop(run, "issue_stop")
+            activity_record(actor=actor, company_id=issue.company_id, action="run.stop_requested",
+                            entity_type="run", entity_id=run.pk, run=run, details={"issueId": str(issue.pk)})
+    return runs
+
+
+def kill_process_group(pid: int):
+    try:
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --- finishing ----------------------------------------------------------------------------------
+def _derive_liveness(run: HeartbeatRun, status: str) -> tuple[str, str]:
+    if status != RunStatus.SUCCEEDED:
+        return RunLiveness.FAILED, f"run {status}"
+    issue = Issue.objects.filter(pk=run.issue_id).only("status").first() if run.issue_id else None
+    if issue is not None and issue.status in (IssueStatus.DONE, IssueStatus.IN_REVIEW, IssueStatus.CANCELLED):
+        return RunLiveness.COMPLETED, f"issue {issue.status}"
+    if issue is not None and issue.status == IssueStatus.BLOCKED:
+        return RunLiveness.BLOCKED, "issue blocked"
+    if ActivityLog.objects.filter(run=run, action__in=PROGRESS_ACTIONS).exists():
+        return RunLiveness.ADVANCED, "durable progress recorded"
+    return RunLiveness.EMPTY_RESPONSE, "no durable progress"
+
+
+def run_finish(*, run: HeartbeatRun, status: str, error: str = "", exit_code: int | None = None,
+               liveness: str = "", liveness_reason: str = "", actor: Actor = SYSTEM) -> HeartbeatRun:
+    """End a run. Every issue lock it held is released in the same transaction; then deferred
+    wakes are promoted, and a continuation or a retry is scheduled when the rules allow."""
+    if status not in TERMINAL_RUN_STATUSES:
+        raise InvalidInput(details={"status": [f"'{status}' is not a terminal run status."]})
+    now = timezone.now()
+    with transaction.atomic():
+        run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
+        if run.status in TERMINAL_RUN_STATUSES:
+            return run
+        if not liveness:
+            liveness, liveness_reason = (run.liveness, run.liveness_reason) if (
+                run.liveness and status == RunStatus.SUCCEEDED) else _derive_liveness(run, status)
+        run.status, run.finished_at, run.error, run.exit_code = status, now, error[:4000], exit_code
+        run.liveness, run.liveness_reason = liveness, (liveness_reason or "")[:300]
+        run.save()
+        WakeupRequest.objects.filter(run=run, status__in=(WakeStatus.CLAIMED, WakeStatus.COALESCED)).update(
+            status=WakeStatus.COMPLETED if status == RunStatus.SUCCEEDED else WakeStatus.FAILED, updated_at=now
+        )
+        released = list(Issue.objects.filter(checkout_run=run).values_list("pk", flat=True))
+        released += Issue.objects.filter(execution_run=run).exclude(pk__in=released).values_list("pk", flat=True)
+        Issue.objects.filter(checkout_run=run).update(checkout_run=None, updated_at=now)
+        Issue.objects.filter(execution_run=run).update(execution_run=None, execution_locked_at=None, updated_at=now)
+        run.api_keys.update(revoked_at=now)
+        activity_record(actor=actor, company_id=run.company_id, action="run.finished", entity_type="run",
+                        entity_id=run.pk, run=run,
+                        details={"status": status, "liveness": liveness, "error": error[:500],
+                                 "releasedIssueIds": [str(pk) for pk in released]})
+        events.announce(events.run_finished, run=run)
+    from .wakeups import wakeups_promote_deferred
+
+    wakeups_promote_deferred(run=run)
+    _follow_up(run)
+    return run
+
+
+def _chain_root(run: HeartbeatRun):
+    return run.source_run_id or run.pk
+
+
+def _follow_up(run: HeartbeatRun):
+    """At most one follow-up: a retry for process loss, else a liveness continuation."""
+    if run.issue_id is None or run.stop_reason:
+        return
+    issue = Issue.objects.get(pk=run.issue_id)
+    if issue.status not in ACTIVE_ISSUE_STATUSES:
+        return
+    agent = Agent.objects.get(pk=run.agent_id)
+    if run.status in RETRYABLE:
+        _schedule_retry(run, agent, issue)
+    elif run.liveness in CONTINUABLE_LIVENESS:
+        _continue(run, agent, issue)
+
+
+def _schedule_retry(run, agent, issue):
+    from .wakeups import agent_wakeup
+
+    attempt = run.retry_attempt + 1
+    if attempt > runtime_setting(agent, "maxRetries", "RUN_MAX_RETRIES"):
+        return
+    due = timezone.now() + retry_delay(attempt)
+    agent_wakeup(actor=SYSTEM, agent=agent, source=WakeSource.AUTOMATION, reason="retry", issue=issue,
+                 context={"retryAttempt": attempt, "sourceRunId": str(run.pk), "previousStatus": run.status},
+                 run_fields={"status": RunStatus.SCHEDULED_RETRY, "scheduled_for": due,
+                             "source_run_id": _chain_root(run), "retry_attempt": attempt,
+                             "continuation_attempt": run.continuation_attempt})
+
+
+def _continue(run, agent, issue):
+    from .thread import comment_create
+    from .wakeups import agent_wakeup
+
+    limit = runtime_setting(agent, "maxContinuations", "RUN_MAX_CONTINUATIONS")
+    attempt = run.continuation_attempt + 1
+    if attempt > limit:
+        comment_create(
+            actor=SYSTEM, issue=issue, author_type=AuthorType.SYSTEM,
+            body=(f"Automatic continuations are exhausted ({limit} of {limit}). The last run ended with liveness "
+                  f"`{run.liveness}` ({run.liveness_reason or 'no reason given'}). A human or manager should "
+                  "clarify the task, mark it blocked, or assign follow-up work."),
+            provenance={"kind": "liveness_continuations_exhausted", "runId": str(run.pk)},
+        )
+        return
+    agent_wakeup(
+        actor=SYSTEM, agent=agent, source=WakeSource.AUTOMATION, reason="liveness_continuation", issue=issue,
+        context={"continuationAttempt": attempt, "sourceRunId": str(run.pk), "liveness": run.liveness,
+                 "livenessReason": run.liveness_reason,
+                 "instruction": "Continue the task with a concrete action; do not stop at a plan."},
+        run_fields={"source_run_id": _chain_root(run), "continuation_attempt": attempt},
+    )
+
+
+# --- abandonment --------------------------------------------------------------------------------
+def runs_reap_stale(*, now=None, owner: str | None = None) -> list[HeartbeatRun]:
+    """Runs whose heartbeat went stale are abandoned: timed out, lock released, retried with
+    backoff. A process is killed only when ``owner`` (this process) started it."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.PAPERCLIP["RUN_HEARTBEAT_STALE_SECONDS"])
+    stale = list(
+        HeartbeatRun.objects.filter(status=RunStatus.RUNNING)
+        .annotate(seen=Coalesce("last_heartbeat_at", "started_at", "created_at"))
+        .filter(seen__lt=cutoff)
+    )
+    reaped = []
+    for run in stale:
+        if owner and run.owner == owner and run.pid:
+            kill_process_group(run.pid)
+        reaped.append(run_finish(run=run, status=RunStatus.TIMED_OUT,
+                                 error=f"heartbeat stale since {(run.last_heartbeat_at or run.started_at)}"))
+    return reaped
+
+
+def runs_reconcile_on_start(*, hostname: str | None = None) -> list[HeartbeatRun]:
+    """After a restart: running rows started on this host by a process that is gone are interrupted."""
+    hostname = hostname or socket.gethostname()
+    interrupted = []
+    for run in HeartbeatRun.objects.filter(status=RunStatus.RUNNING, owner__startswith=f"{hostname}:"):
+        owner_pid = int(run.owner.rsplit(":", 1)[1]) if run.owner.rsplit(":", 1)[1].isdigit() else None
+        if owner_pid and _pid_alive(owner_pid):
+            continue
+        interrupted.append(run_finish(run=run, status=RunStatus.INTERRUPTED, error="owner process is gone"))
+    return interrupted
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def runs_promote_due_retries(*, now=None) -> int:
+    """Scheduled retries whose time has come join the dispatcher's queue."""
+    now = now or timezone.now()
+    return HeartbeatRun.objects.filter(status=RunStatus.SCHEDULED_RETRY, scheduled_for__lte=now).update(
+        status=RunStatus.QUEUED, updated_at=now)
+

@@ -1,0 +1,214 @@
+"""The adapter contract: how the host starts (or wakes) an agent for one heartbeat run.
+
+The caller (the run task) does, in order::
+
+    adapter = get_adapter(run.agent.adapter_type)
+    ctx = prepare_context(run, owner=...)          # issues a run-scoped key when the adapter needs one
+    result = adapter.execute(ctx)                  # synchronous
+    if result is not None:
+        run_finish(run=run, status=result.status, error=result.error)   # plus exit_code / liveness
+
+``execute`` returns
+
+* an :class:`AdapterResult` with a terminal run status when the adapter knows how the run ended
+  (the process adapter always does: it waits for the process; the HTTP adapter does when the
+  wake could not be delivered);
+* ``None`` when the run was handed over and the agent reports through the REST API (HTTP wake
+  accepted with 2xx, or an external polling agent): the run stays live and ends by the API,
+  the stale-heartbeat sweep, or a stop request. A "running" result is never returned.
+
+Adapters never call ``run_finish``; they record the start with ``run_mark_running`` and write
+the run's log with ``run_append_event``.
+"""
+from __future__ import annotations
+
+import abc
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from issues.choices import TERMINAL_RUN_STATUSES, RunLiveness
+
+REDACTED = "[redacted]"
+# Values shorter than this are not treated as secrets (redacting "1" would wreck every log line).
+MIN_SECRET_LENGTH = 4
+# Names of adapter_config["env"] entries whose literal values are redacted from the run log.
+SENSITIVE_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+class AdapterConfigError(ValueError):
+    """An agent's adapter_config cannot be used; the message says what to fix."""
+
+
+@dataclass
+class RunContext:
+    run: object  # issues.models.HeartbeatRun
+    agent: object  # issues.models.Agent
+    issue: object | None
+    workspace: str | None  # directory the agent works in; None = a per-run temporary directory
+    env: dict[str, str]  # the PAPERCLIP_* variables
+    secrets: list[str] = field(default_factory=list)  # replaced by "[redacted]" in the run log
+    timeout_seconds: float = 3600
+    owner: str = ""  # the worker session that owns the run (only it may stop the process)
+
+    @property
+    def config(self) -> dict:
+        return self.agent.adapter_config or {}
+
+
+@dataclass
+class AdapterResult:
+    status: str  # a terminal RunStatus: succeeded, failed, timed_out, cancelled, interrupted
+    exit_code: int | None = None  # process exit code; -N when killed by signal N (Popen convention)
+    error: str = ""
+    liveness: str = ""  # a RunLiveness value the agent reported, else ""
+    liveness_reason: str = ""
+
+    def __post_init__(self):
+        if self.status not in TERMINAL_RUN_STATUSES:
+            raise ValueError(f"AdapterResult.status must be terminal, not {self.status!r}")
+        if self.liveness and self.liveness not in RunLiveness.values:
+            raise ValueError(f"unknown liveness {self.liveness!r}")
+
+
+class Adapter(abc.ABC):
+    adapter_type: str = ""
+    # Whether execute() hands the agent a run-scoped API key (PAPERCLIP_API_KEY).
+    needs_run_key: bool = True
+
+    def validate_config(self, config: dict) -> None:
+        """Raise AdapterConfigError when ``config`` cannot work. Cheap; no I/O."""
+
+    def secrets_from_config(self, config: dict) -> list[str]:
+        """Values in ``config`` that must never appear in the run log."""
+        return []
+
+    @abc.abstractmethod
+    def execute(self, ctx: RunContext) -> AdapterResult | None:
+        """Run or wake the agent for ``ctx.run``. See the module docstring for the contract."""
+
+
+# --- environment and keys ----------------------------------------------------------------------
+
+
+def build_run_env(*, run, agent, issue, api_url: str, api_key: str, wake_reason: str = "",
+                  comment_ids=(), approval_id=None) -> dict[str, str]:
+    env = {
+        "PAPERCLIP_API_URL": api_url.rstrip("/"),
+        "PAPERCLIP_API_KEY": api_key,
+        "PAPERCLIP_RUN_ID": str(run.pk),
+        "PAPERCLIP_AGENT_ID": str(agent.pk),
+        "PAPERCLIP_COMPANY_ID": str(agent.company_id),
+        "PAPERCLIP_WAKE_REASON": wake_reason or "",
+        "PAPERCLIP_WAKE_COMMENT_IDS": ",".join(str(c) for c in comment_ids or ()),
+    }
+    if issue is not None:
+        env["PAPERCLIP_TASK_ID"] = str(issue.pk)
+    if approval_id:
+        env["PAPERCLIP_APPROVAL_ID"] = str(approval_id)
+    return env
+
+
+def issue_run_key(run) -> str:
+    """Create an API key bound to ``run`` (it dies with the run) and return the raw key once."""
+    from issues.models import AgentApiKey
+    from issues.services.companies import agent_api_key_create
+
+    with transaction.atomic():
+        key, raw = agent_api_key_create(agent=run.agent, name="run")
+        AgentApiKey.objects.filter(pk=key.pk).update(run=run)
+    return raw
+
+
+def run_keys_revoke(run) -> int:
+    """Revoke every key issued for ``run`` (call when the run ends). Returns how many."""
+    from issues.models import AgentApiKey
+
+    return AgentApiKey.objects.filter(run=run, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def resolve_secret_ref(ref: str) -> str:
+    """``env:NAME`` -> os.environ[NAME]. Other schemes are not supported here."""
+    if not isinstance(ref, str) or not ref.startswith("env:") or not ref[4:]:
+        raise AdapterConfigError(f"secret_ref must look like 'env:NAME', got {ref!r}")
+    name = ref[4:]
+    try:
+        return os.environ[name]
+    except KeyError:
+        raise AdapterConfigError(f"secret_ref {ref!r}: environment variable {name} is not set") from None
+
+
+def redact(text: str, secrets) -> str:
+    # Longest first, so a secret that contains another is replaced whole.
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        if len(secret) >= MIN_SECRET_LENGTH and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def prepare_context(run, *, owner: str | None = None, api_url: str | None = None,
+                    timeout_seconds: float | None = None, adapter: Adapter | None = None) -> RunContext:
+    """Everything an adapter needs for ``run``: env, run-scoped key (when needed), secrets, timeout.
+
+    Comment ids and the approval come from ``run.context`` (``commentIds``, ``approvalId``).
+    The timeout is ``timeout_seconds``, else adapter_config["timeout_seconds"], else
+    PAPERCLIP["RUN_TIMEOUT_SECONDS"].
+    """
+    from .registry import get_adapter
+
+    agent, issue = run.agent, run.issue
+    adapter = adapter or get_adapter(agent.adapter_type)
+    config = agent.adapter_config or {}
+    raw_key = issue_run_key(run) if adapter.needs_run_key else ""
+    context = run.context or {}
+    env = build_run_env(
+        run=run, agent=agent, issue=issue, api_url=api_url or settings.PAPERCLIP["API_URL"], api_key=raw_key,
+        wake_reason=run.wake_reason or context.get("reason", ""), comment_ids=context.get("commentIds") or (),
+        approval_id=context.get("approvalId"),
+    )
+    if not raw_key:
+        env.pop("PAPERCLIP_API_KEY")
+    try:
+        config_secrets = adapter.secrets_from_config(config)
+    except AdapterConfigError:
+        config_secrets = []  # execute() reports the config error
+    if timeout_seconds is None:
+        timeout_seconds = config.get("timeout_seconds") or settings.PAPERCLIP["RUN_TIMEOUT_SECONDS"]
+    return RunContext(
+        run=run, agent=agent, issue=issue, workspace=run.workspace.path if run.workspace_id else None,
+        env=env, secrets=[s for s in [raw_key, *config_secrets] if s], timeout_seconds=float(timeout_seconds),
+        owner=owner or default_owner(),
+    )
+
+
+def run_stop_state(run_id) -> str | None:
+    """Why the run must not (keep) running, or None: stop requested, ended elsewhere, or gone."""
+    from issues.choices import LIVE_RUN_STATUSES
+    from issues.models import HeartbeatRun
+
+    row = HeartbeatRun.objects.filter(pk=run_id).values_list("status", "stop_requested_at", "stop_reason").first()
+    if row is None:
+        return "run deleted"
+    status, stop_requested_at, stop_reason = row
+    if stop_requested_at is not None:
+        return f"stop requested: {stop_reason}" if stop_reason else "stop requested"
+    if status not in LIVE_RUN_STATUSES:
+        return f"run already {status}"
+    return None
+
+
+def log_event(ctx: RunContext, kind: str, message: str, secrets=None, *, liveness: bool = True, **data):
+    """Append a run event with every secret redacted (``secrets`` defaults to ctx.secrets)."""
+    from issues.services.runs import run_append_event
+
+    return run_append_event(run_id=ctx.run.pk, kind=kind, message=redact(message, secrets or ctx.secrets),
+                            data=data, liveness=liveness)

@@ -1,0 +1,57 @@
+"""The in-process scheduler for single-machine installs (no broker needed): dispatches queued
+runs to a thread pool and runs the periodic sweep. With Celery, use `celery -A paperclip worker`
+and `celery -A paperclip beat` instead; both drive the same services."""
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections, connection
+
+from issues.services import dispatch, runs, scheduling
+
+
+class Command(BaseCommand):
+    help = "Run agents: dispatch queued runs and sweep stale runs, retries, timers and workspaces."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", type=int, default=4, help="agent processes at once")
+        parser.add_argument("--poll", type=float, default=1.0, help="seconds between dispatch passes")
+        parser.add_argument("--sweep", type=float, default=15.0, help="seconds between sweeps")
+        parser.add_argument("--once", action="store_true", help="one dispatch pass, wait for its runs, exit")
+
+    def handle(self, *args, concurrency, poll, sweep, once, **options):
+        owner = runs.this_owner()
+        stopping = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+        reconciled = runs.runs_reconcile_on_start()
+        self.stdout.write(f"paperclip worker {owner}: reconciled {len(reconciled)} orphaned run(s)")
+        in_flight: set = set()
+        lock = threading.Lock()
+
+        def execute(run_id):
+            try:
+                dispatch.run_execute(run_id=run_id, owner=owner)
+            finally:
+                connection.close()
+                with lock:
+                    in_flight.discard(run_id)
+
+        last_sweep = 0.0
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="run") as pool:
+            while not stopping.is_set():
+                close_old_connections()
+                if time.monotonic() - last_sweep >= sweep:
+                    scheduling.sweep(owner=owner)
+                    last_sweep = time.monotonic()
+                for run_id in dispatch.dispatch_runs():
+                    with lock:
+                        if run_id in in_flight or len(in_flight) >= concurrency:
+                            continue
+                        in_flight.add(run_id)
+                    pool.submit(execute, run_id)
+                if once:
+                    break
+                stopping.wait(poll)

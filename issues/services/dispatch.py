@@ -1,0 +1,130 @@
+"""The scheduler's two halves: ``dispatch_runs`` finds queued runs worth starting, and
+``run_execute`` claims one (respecting pause, budget and per-agent concurrency), realizes its
+workspace, and drives its adapter to the end. Both are called by Celery tasks or by the
+in-process worker; neither depends on an in-memory queue surviving a restart."""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from issues.actors import SYSTEM
+from issues.choices import AdapterType, AgentStatus, RunStatus
+from issues.models import Agent, HeartbeatRun
+
+from .activity import activity_record
+from .runs import run_finish, runs_promote_due_retries, runtime_setting
+
+log = logging.getLogger(__name__)
+WORKSPACE_BUSY_RETRY_SECONDS = 5
+
+
+def _max_concurrent(agent: Agent) -> int:
+    value = (agent.runtime_config or {}).get("maxConcurrentRuns")
+    return value if isinstance(value, int) and value > 0 else 1
+
+
+def dispatch_runs(*, limit: int = 100, now=None) -> list:
+    """Queued runs that may start now (oldest first), pre-filtered by per-agent concurrency.
+    A constant number of queries however many runs are queued."""
+    runs_promote_due_retries(now=now)
+    queued = list(
+        HeartbeatRun.objects.filter(status=RunStatus.QUEUED, started_at__isnull=True)
+        .exclude(adapter_type=AdapterType.NONE).exclude(adapter_type="")
+        .select_related("agent").order_by("created_at")[:limit]
+    )
+    running = dict(
+        HeartbeatRun.objects.filter(status=RunStatus.RUNNING, agent_id__in={r.agent_id for r in queued})
+        .values("agent_id").annotate(n=Count("id")).values_list("agent_id", "n")
+    )
+    picked = []
+    for run in queued:
+        if running.get(run.agent_id, 0) < _max_concurrent(run.agent):
+            running[run.agent_id] = running.get(run.agent_id, 0) + 1
+            picked.append(run.pk)
+    return picked
+
+
+def run_claim(*, run_id, owner: str, now=None) -> HeartbeatRun | None:
+    """Move one queued run to running for ``owner``; None when it must not start (yet)."""
+    now = now or timezone.now()
+    cancel = None
+    with transaction.atomic():
+        run = HeartbeatRun.objects.select_for_update().filter(pk=run_id, status=RunStatus.QUEUED).first()
+        if run is None:
+            return None
+        agent = Agent.objects.select_for_update().get(pk=run.agent_id)
+        if agent.status in (AgentStatus.PAUSED, AgentStatus.TERMINATED):
+            cancel = f"agent_{agent.status}"
+        elif agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
+            cancel = "budget_exceeded"
+        elif HeartbeatRun.objects.filter(agent=agent, status=RunStatus.RUNNING).count() >= _max_concurrent(agent):
+            return None
+        else:
+            run.status, run.owner, run.started_at, run.last_heartbeat_at = RunStatus.RUNNING, owner, now, now
+            run.save(update_fields=["status", "owner", "started_at", "last_heartbeat_at", "updated_at"])
+            activity_record(actor=SYSTEM, company_id=run.company_id, action="run.started", entity_type="run",
+                            entity_id=run.pk, run=run, details={"owner": owner})
+            return run
+    run_finish(run=run, status=RunStatus.CANCELLED, error=cancel)
+    return None
+
+
+def run_execute(*, run_id, owner: str) -> HeartbeatRun | None:
+    """Claim, prepare and run one agent process to its end."""
+    from issues.adapters.base import RunContext, build_run_env, issue_run_key
+    from issues.adapters.registry import get_adapter
+    from issues.workspaces.errors import HookFailed, WorkspaceBusy
+    from issues.workspaces.service import workspace_admit, workspace_after_run
+
+    run = run_claim(run_id=run_id, owner=owner)
+    if run is None:
+        return None
+    run = HeartbeatRun.objects.select_related("agent", "issue", "issue__project").get(pk=run.pk)
+    workspace = None
+    if run.issue is not None:
+        try:
+            workspace = workspace_admit(issue=run.issue, run=run)
+        except WorkspaceBusy as exc:
+            _requeue_busy(run, exc)
+            return run
+        except HookFailed as exc:
+            return run_finish(run=run, status=RunStatus.FAILED, error=f"{exc.code}: {exc.message}",
+                              liveness="failed", liveness_reason=exc.code)
+    try:
+        raw_key = issue_run_key(run)
+        context = run.context or {}
+        env = build_run_env(
+            run=run, agent=run.agent, issue=run.issue, api_url=settings.PAPERCLIP["API_URL"], api_key=raw_key,
+            wake_reason=run.wake_reason, comment_ids=context.get("commentIds", []),
+            approval_id=context.get("approvalId"),
+        )
+        secrets = [raw_key]
+        ctx = RunContext(run=run, agent=run.agent, issue=run.issue, workspace_path=workspace.path if workspace else None,
+                         env=env, secrets=secrets, owner=owner,
+                         timeout_seconds=runtime_setting(run.agent, "timeoutSeconds", "RUN_TIMEOUT_SECONDS"))
+        result = get_adapter(run.agent.adapter_type).execute(ctx)
+        if result is not None:
+            run = run_finish(run=run, status=result.status, error=result.error or "", exit_code=result.exit_code,
+                             liveness=result.liveness or "", liveness_reason=result.liveness_reason or "")
+    except Exception as exc:  # the run must end even when the host side breaks
+        log.exception("run %s failed on the host side", run.pk)
+        run = run_finish(run=run, status=RunStatus.FAILED, error=f"host error: {exc}")
+    finally:
+        if workspace is not None:
+            workspace_after_run(run=run)
+    return run
+
+
+def _requeue_busy(run: HeartbeatRun, exc):
+    """A shared workspace has another writer: wait instead of writing beside it."""
+    due = timezone.now() + timedelta(seconds=WORKSPACE_BUSY_RETRY_SECONDS)
+    with transaction.atomic():
+        HeartbeatRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.SCHEDULED_RETRY, scheduled_for=due, started_at=None, owner="", updated_at=timezone.now())
+        activity_record(actor=SYSTEM, company_id=run.company_id, action="run.workspace_busy", entity_type="run",
+                        entity_id=run.pk, run=run, details={"retryAt": due.isoformat(), "detail": str(exc)})

@@ -1,0 +1,41 @@
+"""Periodic host duties: timer heartbeats, stale-run abandonment, workspace retention."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from issues.actors import SYSTEM
+from issues.choices import AgentStatus, WakeSource
+from issues.models import Agent, WakeupRequest
+
+from .runs import runs_promote_due_retries, runs_reap_stale
+from .wakeups import agent_wakeup
+
+
+def timer_heartbeats(*, now=None) -> int:
+    """Wake agents whose runtime config asks for a heartbeat every N seconds (idle ones are skipped)."""
+    now = now or timezone.now()
+    woken = 0
+    for agent in Agent.objects.exclude(status__in=(AgentStatus.PAUSED, AgentStatus.TERMINATED)):
+        interval = (agent.runtime_config or {}).get("heartbeatIntervalSeconds")
+        if not isinstance(interval, int) or interval <= 0:
+            continue
+        last = WakeupRequest.objects.filter(agent=agent, source=WakeSource.TIMER).order_by("-created_at").first()
+        if last is not None and last.created_at > now - timedelta(seconds=interval):
+            continue
+        agent_wakeup(actor=SYSTEM, agent=agent, source=WakeSource.TIMER)
+        woken += 1
+    return woken
+
+
+def sweep(*, owner: str, now=None) -> dict:
+    from issues.workspaces.service import workspace_retention_sweep
+
+    now = now or timezone.now()
+    return {
+        "staleRuns": len(runs_reap_stale(now=now, owner=owner)),
+        "dueRetries": runs_promote_due_retries(now=now),
+        "timerWakes": timer_heartbeats(now=now),
+        "workspaces": workspace_retention_sweep(now=now),
+    }
