@@ -96,13 +96,16 @@ def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = Non
         if liveness:
             run.liveness, run.liveness_reason = liveness, reason[:300]
         run.save()
-        if usage:
-            _record_usage(run, usage)
+        stopped = _record_usage(run, usage) if usage else False
+    if stopped:
+        _finish_stopped([run])
+        run.refresh_from_db()
     return run
 
 
-def _record_usage(run: HeartbeatRun, usage: dict):
-    """Usage is reported as the run's running totals, so a repeated report adds nothing twice."""
+def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
+    """Usage is reported as the run's running totals, so a repeated report adds nothing twice.
+    True when the run was stopped and must be ended by the caller."""
     totals = {name: max(int(usage.get(key) or 0), getattr(run, name))
               for key, name in (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
                                 ("costCents", "cost_cents"))}
@@ -111,43 +114,52 @@ def _record_usage(run: HeartbeatRun, usage: dict):
     for name, value in totals.items():
         setattr(run, name, value)
     if delta_cost <= 0:
-        return
+        return False
     Agent.objects.filter(pk=run.agent_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
     Company.objects.filter(pk=run.company_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
     agent = Agent.objects.get(pk=run.agent_id)
     if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
         # Hard stop: this run is stopped now, not only the next one refused.
         Agent.objects.filter(pk=agent.pk).update(pause_reason="budget_exceeded")
-        _request_stop(run, "budget_exceeded")
         activity_record(actor=SYSTEM, company_id=run.company_id, action="agent.budget_exceeded",
                         entity_type="agent", entity_id=agent.pk, run=run,
                         details={"spentCents": agent.spent_monthly_cents, "budgetCents": agent.budget_monthly_cents})
+        return _request_stop(run, "budget_exceeded")
+    return False
 
 
 # --- stopping ---------------------------------------------------------------------------------
-def _request_stop(run: HeartbeatRun, reason: str):
+def _request_stop(run: HeartbeatRun, reason: str) -> bool:
+    """Mark the stop; the process adapter polling this row kills its process group. True when
+    there is no process to signal (queued, or an external agent): the caller ends it directly."""
     now = timezone.now()
     HeartbeatRun.objects.filter(pk=run.pk, stop_requested_at__isnull=True).update(
         stop_requested_at=now, stop_reason=reason, updated_at=now)
     run.stop_requested_at, run.stop_reason = run.stop_requested_at or now, run.stop_reason or reason
-    if run.status != RunStatus.RUNNING or not run.pid:
-        # No process of ours to signal (queued, or an external agent): end it here.
-        transaction.on_commit(lambda: run_finish(run=run, status=RunStatus.CANCELLED, error=f"stopped: {reason}"))
+    return run.status != RunStatus.RUNNING or not run.pid
+
+
+def _finish_stopped(runs_to_end):
+    for run in runs_to_end:
+        run_finish(run=run, status=RunStatus.CANCELLED, error=f"stopped: {run.stop_reason}")
 
 
 def issue_run_stop(*, actor: Actor, issue: Issue) -> list[HeartbeatRun]:
     """Stop the live runs of this one issue; the agent is never paused."""
     actor.ensure_can_write(issue.company_id)
+    to_end = []
     with transaction.atomic():
         runs = list(HeartbeatRun.objects.select_for_update().filter(issue=issue, status__in=LIVE_RUN_STATUSES))
         if issue.execution_run_id and all(r.pk != issue.execution_run_id for r in runs):
             runs += list(HeartbeatRun.objects.select_for_update().filter(
                 pk=issue.execution_run_id, status__in=LIVE_RUN_STATUSES))
         for run in runs:
-            _request_stop(run, "issue_stop")
+            if _request_stop(run, "issue_stop"):
+                to_end.append(run)
             activity_record(actor=actor, company_id=issue.company_id, action="run.stop_requested",
                             entity_type="run", entity_id=run.pk, run=run, details={"issueId": str(issue.pk)})
-    return runs
+    _finish_stopped(to_end)
+    return [HeartbeatRun.objects.get(pk=run.pk) for run in runs]
 
 
 def kill_process_group(pid: int):

@@ -135,7 +135,7 @@ def wakeups_promote_deferred(*, run: HeartbeatRun) -> int:
         deferred_for_run=run, status=WakeStatus.DEFERRED_ISSUE_EXECUTION
     ).order_by("created_at").values_list("pk", flat=True):
         with transaction.atomic():
-            wake = WakeupRequest.objects.select_for_update().select_related("issue").get(pk=wake_id)
+            wake = WakeupRequest.objects.select_for_update().get(pk=wake_id)
             if wake.status != WakeStatus.DEFERRED_ISSUE_EXECUTION:
                 continue
             agent = Agent.objects.select_for_update().get(pk=wake.agent_id)

@@ -1,0 +1,349 @@
+"""Wakeups, runs, liveness continuations, retries, abandonment, stop and budget (issue: Runs)."""
+import os
+import signal
+import subprocess
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from issues.actors import SYSTEM, Actor
+from issues.models import ActivityLog, Comment, HeartbeatRun, Issue, WakeupRequest
+from issues.services import dispatch, runs, scheduling
+from issues.services.checkout import issue_checkout
+from issues.services.thread import comment_create
+from issues.services.wakeups import agent_wakeup
+from tests.factories import AgentFactory, IssueFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def wake(agent, issue=None, **kw):
+    return agent_wakeup(actor=SYSTEM, agent=agent, issue=issue, **kw)
+
+
+def claim(issue, run):
+    issue_checkout(actor=Actor(agent=run.agent, run_header=str(run.pk)), issue=issue, agent_id=run.agent_id,
+                   expected_statuses=["todo", "backlog", "blocked", "in_review"])
+    issue.refresh_from_db()
+
+
+# --- wakeups -------------------------------------------------------------------------------------
+def test_wakes_for_same_agent_and_issue_coalesce_with_count_and_comment_ids(company):
+    agent, issue = AgentFactory(company=company), IssueFactory(company=company)
+    other = AgentFactory(company=company)
+    c1 = comment_create(actor=SYSTEM, issue=issue, body="first")
+    c2 = Comment.objects.create(company=company, issue=issue, author_type="agent", author_agent=other, body="x")
+    first = wake(agent, issue, comment_ids=[c1.pk])
+    second = wake(agent, issue, comment_ids=[c2.pk])
+    third = wake(agent, issue)
+    assert first.status == "claimed" and second.status == third.status == "coalesced"
+    assert second.run_id == third.run_id == first.run_id
+    first.refresh_from_db()
+    assert first.coalesced_count == 2
+    assert first.run.context["commentIds"] == [str(c1.pk), str(c2.pk)]
+    assert HeartbeatRun.objects.filter(agent=agent).count() == 1
+
+
+def test_wake_for_issue_locked_by_another_run_is_deferred_then_promoted(company):
+    holder, waiter = AgentFactory(company=company), AgentFactory(company=company)
+    issue = IssueFactory(company=company)
+    holder_run = wake(holder, issue).run
+    claim(issue, holder_run)
+    deferred = wake(waiter, issue, reason="review please")
+    assert deferred.status == "deferred_issue_execution" and deferred.run_id is None
+    assert deferred.deferred_for_run_id == holder_run.pk
+    runs.run_finish(run=holder_run, status="succeeded")
+    deferred.refresh_from_db()
+    assert deferred.status == "claimed" and deferred.run.agent_id == waiter.pk
+    assert deferred.run.status == "queued"
+
+
+def test_an_agents_own_comment_never_wakes_it(company):
+    agent, issue = AgentFactory(company=company), IssueFactory(company=company)
+    own = Comment.objects.create(company=company, issue=issue, author_type="agent", author_agent=agent, body="me")
+    assert wake(agent, issue, comment_ids=[own.pk]).skip_reason == "own_comment"
+    theirs = comment_create(actor=SYSTEM, issue=issue, body="please look")
+    assert wake(agent, issue, comment_ids=[own.pk, theirs.pk]).status == "claimed"
+
+
+def test_timer_heartbeat_with_nothing_to_do_is_skipped(company):
+    agent = AgentFactory(company=company, runtime_config={"heartbeatIntervalSeconds": 60})
+    assert scheduling.timer_heartbeats() == 1
+    assert WakeupRequest.objects.get(agent=agent).skip_reason == "idle"
+    assert not HeartbeatRun.objects.filter(agent=agent).exists()
+    IssueFactory(company=company, assignee_agent=agent)
+    assert scheduling.timer_heartbeats() == 0  # interval not yet elapsed
+    with time_machine.travel(timezone.now() + timedelta(seconds=61)):
+        assert scheduling.timer_heartbeats() == 1
+    assert WakeupRequest.objects.filter(agent=agent, status="claimed").count() == 1
+
+
+# --- dispatcher ----------------------------------------------------------------------------------
+def test_dispatcher_respects_concurrency_pause_and_budget(company):
+    busy = AgentFactory(company=company, adapter_type="process", runtime_config={"maxConcurrentRuns": 1})
+    paused = AgentFactory(company=company, adapter_type="process")
+    broke = AgentFactory(company=company, adapter_type="process", budget_monthly_cents=10)
+    external = AgentFactory(company=company, adapter_type="none")
+    r1 = wake(busy, IssueFactory(company=company)).run
+    r2 = wake(busy, IssueFactory(company=company)).run
+    rp = wake(paused, IssueFactory(company=company)).run
+    rb = wake(broke, IssueFactory(company=company)).run
+    wake(external, IssueFactory(company=company))
+    paused.status = "paused"
+    paused.save()
+    broke.spent_monthly_cents = 10
+    broke.save()
+    picked = dispatch.dispatch_runs()
+    assert r1.pk in picked and r2.pk not in picked  # one at a time for this agent
+    assert not any(HeartbeatRun.objects.get(pk=p).agent_id == external.pk for p in picked)
+    assert dispatch.run_claim(run_id=r1.pk, owner="test:1").status == "running"
+    assert dispatch.run_claim(run_id=r2.pk, owner="test:1") is None  # still over the limit
+    assert dispatch.run_claim(run_id=rp.pk, owner="test:1") is None
+    assert dispatch.run_claim(run_id=rb.pk, owner="test:1") is None
+    rp.refresh_from_db()
+    rb.refresh_from_db()
+    assert (rp.status, rp.error) == ("cancelled", "agent_paused")
+    assert (rb.status, rb.error) == ("cancelled", "budget_exceeded")
+
+
+def test_dispatch_query_count_is_constant(company, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for n in (5, 50):
+        HeartbeatRun.objects.all().delete()
+        for _ in range(n):
+            wake(AgentFactory(company=company, adapter_type="process"), IssueFactory(company=company))
+        with CaptureQueriesContext(connection) as ctx:
+            picked = dispatch.dispatch_runs()
+        assert len(picked) == n
+        counts.append(len(ctx.captured_queries))
+    assert counts[0] == counts[1]
+
+
+# --- liveness and continuations ---------------------------------------------------------------
+def test_plan_only_enqueues_bounded_continuations_then_an_audit_comment(company, settings):
+    settings.PAPERCLIP = {**settings.PAPERCLIP, "RUN_MAX_CONTINUATIONS": 2}
+    agent = AgentFactory(company=company)
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    run = wake(agent, issue).run
+    attempts = []
+    for _ in range(3):
+        claim(issue, run)
+        runs.run_finish(run=run, status="succeeded", liveness="plan_only", liveness_reason="wrote a plan")
+        nxt = HeartbeatRun.objects.filter(agent=agent, status="queued").first()
+        if nxt is None:
+            break
+        attempts.append(nxt.continuation_attempt)
+        assert nxt.context["liveness"] == "plan_only" and nxt.context["sourceRunId"] == str(run.pk)
+        assert nxt.source_run_id == (run.source_run_id or run.pk)
+        run = nxt
+    assert attempts == [1, 2]
+    audit = Comment.objects.get(issue=issue, author_type="system")
+    assert "exhausted" in audit.body
+    issue.refresh_from_db()
+    assert issue.status == "in_progress"  # never changed by the host
+
+
+@pytest.mark.parametrize("liveness,continues", [("empty_response", True), ("advanced", False),
+                                                ("completed", False), ("blocked", False), ("needs_followup", False)])
+def test_only_plan_only_and_empty_response_continue(company, liveness, continues):
+    agent = AgentFactory(company=company)
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    run = wake(agent, issue).run
+    runs.run_finish(run=run, status="succeeded", liveness=liveness)
+    assert HeartbeatRun.objects.filter(agent=agent, continuation_attempt=1).exists() is continues
+
+
+def test_no_continuation_for_terminal_issue_or_paused_agent(company):
+    agent = AgentFactory(company=company)
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    run = wake(agent, issue).run
+    Issue.objects.filter(pk=issue.pk).update(status="done")
+    runs.run_finish(run=run, status="succeeded", liveness="plan_only")
+    assert HeartbeatRun.objects.filter(agent=agent).count() == 1
+    issue2 = IssueFactory(company=company, assignee_agent=agent)
+    run2 = wake(agent, issue2).run
+    agent.status = "paused"
+    agent.save()
+    runs.run_finish(run=run2, status="succeeded", liveness="empty_response")
+    assert not HeartbeatRun.objects.filter(agent=agent, status="queued").exists()
+
+
+def test_host_derives_liveness_when_the_agent_did_not_report(company):
+    agent = AgentFactory(company=company)
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    run = wake(agent, issue).run
+    claim(issue, run)
+    comment_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=issue, body="progress")
+    assert runs.run_finish(run=run, status="succeeded").liveness == "advanced"
+    run2 = wake(agent, issue).run
+    assert runs.run_finish(run=run2, status="succeeded").liveness == "empty_response"
+
+
+# --- abandonment, retries, reconcile -----------------------------------------------------------
+def test_stale_heartbeat_abandons_releases_and_retries_with_backoff(company, settings):
+    settings.PAPERCLIP = {**settings.PAPERCLIP, "RUN_HEARTBEAT_STALE_SECONDS": 60, "RUN_MAX_RETRIES": 3}
+    agent = AgentFactory(company=company, adapter_type="process")
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    start = timezone.now()
+    delays = []
+    with time_machine.travel(start, tick=False) as clock:
+        run = wake(agent, issue).run
+        for attempt in range(1, 5):
+            assert dispatch.run_claim(run_id=run.pk, owner="elsewhere:1") is not None
+            claim(issue, run)
+            clock.shift(timedelta(seconds=61))
+            reaped = runs.runs_reap_stale(owner="here:2")
+            assert [r.pk for r in reaped] == [run.pk]
+            run.refresh_from_db()
+            issue.refresh_from_db()
+            assert run.status == "timed_out" and issue.execution_run_id is None and issue.checkout_run_id is None
+            retry = HeartbeatRun.objects.filter(agent=agent, status="scheduled_retry").first()
+            if retry is None:
+                break
+            assert retry.retry_attempt == attempt
+            delays.append((retry.scheduled_for - timezone.now()).total_seconds())
+            assert runs.runs_promote_due_retries() == 0  # not due yet
+            clock.shift(timedelta(seconds=delays[-1]))
+            assert runs.runs_promote_due_retries() == 1
+            run = HeartbeatRun.objects.get(pk=retry.pk)
+    assert delays == [10, 20, 40]  # min(10 s × 2^(n−1), 5 min), bounded by RUN_MAX_RETRIES
+
+
+def test_backoff_is_capped_at_five_minutes():
+    assert [runs.retry_delay(n).total_seconds() for n in (1, 2, 3, 5, 6, 9)] == [10, 20, 40, 160, 300, 300]
+
+
+def test_reaper_never_kills_a_process_it_does_not_own(company, settings):
+    settings.PAPERCLIP = {**settings.PAPERCLIP, "RUN_HEARTBEAT_STALE_SECONDS": 1}
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        agent = AgentFactory(company=company)
+        run = RunFactory(agent=agent, status="running", owner="another-host:1", pid=proc.pid,
+                         last_heartbeat_at=timezone.now() - timedelta(seconds=5))
+        runs.runs_reap_stale(owner="this-host:2")
+        run.refresh_from_db()
+        assert run.status == "timed_out"
+        assert proc.poll() is None  # still alive: not ours to kill
+        mine = RunFactory(agent=agent, status="running", owner="this-host:2", pid=proc.pid,
+                          last_heartbeat_at=timezone.now() - timedelta(seconds=5))
+        runs.runs_reap_stale(owner="this-host:2")
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+        mine.refresh_from_db()
+        assert mine.status == "timed_out"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_restart_reconciles_runs_of_a_dead_owner_on_this_host(company):
+    import socket
+
+    agent = AgentFactory(company=company)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = RunFactory(agent=agent, status="running", owner=f"{socket.gethostname()}:{dead.pid}")
+    alive = RunFactory(agent=agent, status="running", owner=f"{socket.gethostname()}:{os.getpid()}")
+    foreign = RunFactory(agent=agent, status="running", owner="other-host:1")
+    interrupted = runs.runs_reconcile_on_start()
+    assert [r.pk for r in interrupted] == [orphan.pk]
+    for run, status in ((orphan, "interrupted"), (alive, "running"), (foreign, "running")):
+        run.refresh_from_db()
+        assert run.status == status
+
+
+# --- stop and budget ---------------------------------------------------------------------------
+def test_issue_scoped_stop_stops_only_that_issues_run(board_client, company):
+    agent = AgentFactory(company=company, runtime_config={"maxConcurrentRuns": 2})
+    one, two = IssueFactory(company=company), IssueFactory(company=company)
+    run_one, run_two = wake(agent, one).run, wake(agent, two).run
+    claim(one, run_one)
+    claim(two, run_two)
+    response = board_client.post(f"/api/issues/{one.pk}/run/stop")
+    assert response.status_code == 200 and [r["id"] for r in response.json()] == [str(run_one.pk)]
+    run_one.refresh_from_db()
+    run_two.refresh_from_db()
+    agent.refresh_from_db()
+    assert run_one.status == "cancelled" and run_one.stop_reason == "issue_stop"
+    assert run_two.status == "running" and run_two.stop_requested_at is None
+    assert agent.status != "paused"
+    one.refresh_from_db()
+    assert one.execution_run_id is None
+    assert not HeartbeatRun.objects.filter(issue=one, status__in=["queued", "scheduled_retry"]).exists()
+
+
+def test_usage_over_the_hard_limit_stops_the_running_run(make_agent_client, company):
+    client = make_agent_client(company=company, budget_monthly_cents=100)
+    agent = client.agent
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    run = wake(agent, issue).run
+    client.use_run(run)
+    claim(issue, run)
+    ok = client.post(f"/api/runs/{run.pk}/heartbeat", {"usage": {"costCents": 60, "inputTokens": 1000}},
+                     format="json")
+    assert ok.status_code == 200 and ok.json()["stopRequested"] is False
+    again = client.post(f"/api/runs/{run.pk}/heartbeat", {"usage": {"costCents": 60}}, format="json")
+    agent.refresh_from_db()
+    assert agent.spent_monthly_cents == 60  # cumulative totals: a repeat adds nothing
+    over = client.post(f"/api/runs/{run.pk}/heartbeat", {"usage": {"costCents": 130}}, format="json")
+    assert over.status_code == 200 and over.json()["stopRequested"] is True and again.status_code == 200
+    run.refresh_from_db()
+    agent.refresh_from_db()
+    issue.refresh_from_db()
+    assert agent.spent_monthly_cents == 130 and agent.pause_reason == "budget_exceeded"
+    assert run.status == "cancelled" and run.stop_reason == "budget_exceeded"
+    assert issue.execution_run_id is None
+    assert wake(agent, issue).skip_reason == "budget_exceeded"
+
+
+# --- API ---------------------------------------------------------------------------------------
+def test_run_scoped_key_implies_its_run_and_dies_with_it(company):
+    from rest_framework.test import APIClient
+
+    from issues.models import AgentApiKey
+    from issues.models.agent import hash_key
+
+    agent = AgentFactory(company=company)
+    issue = IssueFactory(company=company)
+    run = wake(agent, issue).run
+    raw = AgentApiKey.generate()
+    AgentApiKey.objects.create(agent=agent, run=run, name="run", prefix=raw[:12], key_hash=hash_key(raw))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.post(f"/api/issues/{issue.pk}/comments", {"body": "hi"}, format="json").status_code == 201
+    other_run = RunFactory(agent=agent)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}", HTTP_X_PAPERCLIP_RUN_ID=str(other_run.pk))
+    assert client.post(f"/api/issues/{issue.pk}/comments", {"body": "hi"}, format="json").status_code == 403
+    runs.run_finish(run=run, status="succeeded")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get("/api/agents/me").status_code == 401
+
+
+def test_heartbeat_reports_liveness_and_events_page_by_cursor(make_agent_client, company):
+    client = make_agent_client(company=company)
+    run = client.run
+    for n in range(5):
+        runs.run_append_event(run_id=run.pk, kind="stdout", message=f"line {n}")
+    page = client.get(f"/api/runs/{run.pk}/events", {"after": 2, "limit": 2}).json()
+    assert [e["message"] for e in page] == ["line 2", "line 3"] and [e["seq"] for e in page] == [3, 4]
+    beat = client.post(f"/api/runs/{run.pk}/heartbeat", {"liveness": "plan_only", "livenessReason": "planned"},
+                       format="json")
+    assert beat.status_code == 200 and beat.json()["lastHeartbeatAt"]
+    assert runs.run_finish(run=run, status="succeeded").liveness == "plan_only"
+    assert client.post(f"/api/runs/{run.pk}/heartbeat", {}, format="json").status_code == 409
+
+
+def test_run_finish_records_activity_and_releases_in_one_step(company):
+    agent = AgentFactory(company=company)
+    issue = IssueFactory(company=company)
+    run = wake(agent, issue).run
+    claim(issue, run)
+    runs.run_finish(run=run, status="failed", error="boom")
+    row = ActivityLog.objects.get(action="run.finished", entity_id=str(run.pk))
+    assert row.details["releasedIssueIds"] == [str(issue.pk)] and row.details["liveness"] == "failed"
+
+
