@@ -25,7 +25,9 @@ demo: migrate
 run: demo
 	$(PY) manage.py collectstatic --noinput -v0
 	@echo "Paperclip on http://127.0.0.1:8000/  (log in as printed above; API docs at /api/docs/)"
-	$(PY) manage.py runserver 127.0.0.1:8000
+	@# The in-process worker starts agent runs (no broker needed); it stops with the server.
+	$(PY) manage.py paperclip_worker & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
+	  $(PY) manage.py runserver 127.0.0.1:8000
 
 test: install
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q

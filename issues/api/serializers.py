@@ -1,7 +1,7 @@
 """API shapes (camelCase, as in the Heartbeat Protocol). Input serializers reject unknown fields."""
 from rest_framework import serializers
 
-from issues.choices import IssuePriority, IssueStatus, RunLiveness, WakeSource
+from issues.choices import IssuePriority, IssueStatus, RunLiveness, WakeSource, WorkspaceStrategy
 
 
 class StrictSerializer(serializers.Serializer):
@@ -100,6 +100,8 @@ class IssueSerializer(serializers.Serializer):
     checkoutRunId = serializers.UUIDField(source="checkout_run_id", allow_null=True)
     executionRunId = serializers.UUIDField(source="execution_run_id", allow_null=True)
     executionLockedAt = serializers.DateTimeField(source="execution_locked_at", allow_null=True)
+    executionWorkspaceId = serializers.UUIDField(source="execution_workspace_id", allow_null=True)
+    workspaceStrategy = serializers.CharField(source="workspace_strategy")
     startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
     cancelledAt = serializers.DateTimeField(source="cancelled_at", allow_null=True)
@@ -259,6 +261,9 @@ class IssueCreateSerializer(StrictSerializer):
     goalId = IdField(required=False, allow_null=True)
     assigneeAgentId = IdField(required=False, allow_null=True)
     blockParentUntilDone = serializers.BooleanField(required=False, default=False)
+    executionWorkspaceId = IdField(required=False, allow_null=True)
+    workspaceStrategy = serializers.ChoiceField(choices=WorkspaceStrategy.choices, required=False)
+    inheritExecutionWorkspaceFromIssueId = IdField(required=False, allow_null=True)
 
 
 class IssuePatchSerializer(StrictSerializer):

@@ -76,6 +76,8 @@ class CompanyIssuesView(APIView):
             status=data["status"], priority=data["priority"], parent_id=data.get("parentId"),
             project_id=data.get("projectId"), goal_id=data.get("goalId"),
             assignee_agent_id=data.get("assigneeAgentId"), block_parent_until_done=data["blockParentUntilDone"],
+            execution_workspace_id=data.get("executionWorkspaceId"), workspace_strategy=data.get("workspaceStrategy"),
+            inherit_workspace_from_id=data.get("inheritExecutionWorkspaceFromIssueId"),
         )
         return issue_write_result(issue, adjustment, status.HTTP_201_CREATED)
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from issues.actors import SYSTEM
 from issues.choices import AdapterType, AgentStatus, RunStatus
+from issues.exceptions import ApiError
 from issues.models import Agent, HeartbeatRun
 
 from .activity import activity_record
@@ -78,7 +79,7 @@ def run_execute(*, run_id, owner: str) -> HeartbeatRun | None:
     """Claim, prepare and run one agent process to its end."""
     from issues.adapters.base import RunContext, build_run_env, issue_run_key
     from issues.adapters.registry import get_adapter
-    from issues.workspaces.errors import HookFailed, WorkspaceBusy
+    from issues.workspaces.errors import WorkspaceBusy
     from issues.workspaces.service import workspace_admit, workspace_after_run
 
     run = run_claim(run_id=run_id, owner=owner)
@@ -92,7 +93,7 @@ def run_execute(*, run_id, owner: str) -> HeartbeatRun | None:
         except WorkspaceBusy as exc:
             _requeue_busy(run, exc)
             return run
-        except HookFailed as exc:
+        except ApiError as exc:  # before_run hook failure, bad configuration, git or path errors
             return run_finish(run=run, status=RunStatus.FAILED, error=f"{exc.code}: {exc.message}",
                               liveness="failed", liveness_reason=exc.code)
     try:

@@ -20,6 +20,7 @@ from issues.choices import (
 from issues.exceptions import InvalidInput, NotCheckoutOwner, Unprocessable
 from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
 from issues.selectors import walk_up
+from issues.workspaces.service import new_issue_workspace_fields
 
 from .activity import activity_record
 from .lookups import company_object
@@ -95,6 +96,9 @@ def issue_create(
     block_parent_until_done: bool = False,
     origin_kind: str | None = None,
     origin_id: str = "",
+    execution_workspace_id=None,
+    workspace_strategy: str | None = None,
+    inherit_workspace_from_id=None,
 ) -> tuple[Issue, ParentAdjustment | None]:
     actor.ensure_can_write(company.pk)
     if status == IssueStatus.IN_PROGRESS:
@@ -107,10 +111,16 @@ def issue_create(
         project = company_object(Project, company.pk, project_id, "projectId")
         goal = company_object(Goal, company.pk, goal_id, "goalId")
         assignee = company_object(Agent, company.pk, assignee_agent_id, "assigneeAgentId")
+        inherit_from = company_object(Issue, company.pk, inherit_workspace_from_id,
+                                      "inheritExecutionWorkspaceFromIssueId")
         if goal is None and parent is not None:
             goal = parent.goal
-        if project is None and parent is not None:
-            project = parent.project
+        # Every task gets its own workspace: parent/source give project and strategy only (seed 000).
+        workspace = new_issue_workspace_fields(
+            parent=parent, inherit_from=inherit_from, requested_workspace_id=execution_workspace_id,
+            requested_strategy=workspace_strategy, project=project, requester=requested if adjustment else None,
+            company=company,
+        )
 
         locked = Company.objects.select_for_update().get(pk=company.pk)
         locked.issue_counter = F("issue_counter") + 1
@@ -131,8 +141,8 @@ def issue_create(
             priority=priority,
             priority_rank=PRIORITY_RANK[priority],
             parent=parent,
-            project=project,
             goal=goal,
+            **workspace,
             assignee_agent=assignee,
             created_by_agent=actor.agent,
             created_by_user=actor.user if actor.is_board else None,

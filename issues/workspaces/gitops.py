@@ -29,7 +29,7 @@ def git(*args: str, cwd=None, check: bool = True) -> subprocess.CompletedProcess
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
     cmd = ["git", *args]
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=git_timeout(),
+        proc = subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=git_timeout(),
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise WorkspaceGitFailed("A git command timed out.", details={"command": cmd[:4]}) from exc

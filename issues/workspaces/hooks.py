@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 from django.utils import timezone
 
 HOOK_NAMES = ("after_create", "before_run", "after_run", "before_remove")
-OUTPUT_LIMIT = 4000  # characters kept per hook run (head and tail)
+OUTPUT_LIMIT = 4000  # bytes of output kept per hook run (head and tail)
 PASSTHROUGH_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "SHELL",
                    "TERM", "SSH_AUTH_SOCK")
 
@@ -56,11 +57,19 @@ def hook_command(hooks: dict | None, name: str) -> str:
     return str(value)
 
 
-def _truncate(text: str) -> tuple[str, bool]:
-    if len(text) <= OUTPUT_LIMIT:
-        return text, False
+def _read_output(handle) -> tuple[str, bool]:
+    """Head and tail of the captured output when it is longer than ``OUTPUT_LIMIT`` bytes."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(0)
+    if size <= OUTPUT_LIMIT:
+        return handle.read().decode("utf-8", errors="replace"), False
     half = OUTPUT_LIMIT // 2
-    return f"{text[:half]}\n…[{len(text) - OUTPUT_LIMIT} characters truncated]…\n{text[-half:]}", True
+    head = handle.read(half)
+    handle.seek(size - half)
+    tail = handle.read(half)
+    text = (f"{head.decode('utf-8', errors='replace')}\n…[{size - OUTPUT_LIMIT} bytes truncated]…\n"
+            f"{tail.decode('utf-8', errors='replace')}")
+    return text, True
 
 
 def hook_env(extra: dict) -> dict:
@@ -71,32 +80,33 @@ def hook_env(extra: dict) -> dict:
 
 
 def run_hook(*, name: str, command: str, cwd: str, timeout: float, env: dict, run_id=None) -> HookResult:
-    """Run ``command`` with ``sh -c`` in ``cwd``; never raises for a failing command."""
+    """Run ``command`` with ``sh -c`` in ``cwd``; never raises for a failing command.
+
+    Output goes to a temporary file (not a pipe), so a background process the hook leaves behind
+    cannot keep the hook "running"; the hook ends when its shell exits.
+    """
+    run_id = str(run_id) if run_id else None
     started = time.monotonic()
     timed_out = False
-    try:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command], cwd=cwd, env=hook_env(env), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    except OSError as exc:  # cwd missing, no shell
-        return HookResult(name, command, None, False, int((time.monotonic() - started) * 1000),
-                          f"could not start hook: {exc}", False, str(run_id) if run_id else None)
-    try:
-        raw, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    with tempfile.TemporaryFile() as out:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command], cwd=cwd, env=hook_env(env), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        except OSError as exc:  # cwd missing, no shell
+            return HookResult(name, command, None, False, int((time.monotonic() - started) * 1000),
+                              f"could not start hook: {exc}", False, run_id)
         try:
-            raw, _ = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a descendant left the group and holds the pipe
-            proc.kill()
-            raw = b""
-    duration_ms = int((time.monotonic() - started) * 1000)
-    output, truncated = _truncate(raw.decode("utf-8", errors="replace"))
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the shell and everything it started
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        duration_ms = int((time.monotonic() - started) * 1000)
+        output, truncated = _read_output(out)
     exit_code = None if timed_out else proc.returncode
-    return HookResult(name, command, exit_code, timed_out, duration_ms, output, truncated,
-                      str(run_id) if run_id else None)
+    return HookResult(name, command, exit_code, timed_out, duration_ms, output, truncated, run_id)

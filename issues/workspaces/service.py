@@ -114,14 +114,17 @@ def _repository_dir(project: Project, root: Path, *, require_git: bool) -> Path:
     return path
 
 
+def _lexically_inside(path: str | Path, root: Path) -> Path:
+    """``path`` as written (symlinks not followed) strictly inside ``root``."""
+    lexical = Path(os.path.abspath(path))
+    if lexical == root or not lexical.is_relative_to(root):
+        raise WorkspacePathEscape(details={"root": str(root), "path": str(path)})
+    return lexical
+
+
 def _inside_root(path: str | Path, root: Path) -> Path:
     """``path`` checked to be strictly inside ``root`` (symlinks resolved)."""
-    lexical = Path(os.path.abspath(path))
-    try:
-        relative = lexical.relative_to(root)
-    except ValueError as exc:
-        raise WorkspacePathEscape(details={"root": str(root), "path": str(path)}) from exc
-    return safe_path(root, *relative.parts)
+    return safe_path(root, *_lexically_inside(path, root).relative_to(root).parts)
 
 
 # --- lineage ------------------------------------------------------------------------------------
@@ -240,8 +243,8 @@ def workspace_admit(*, issue: Issue, run: HeartbeatRun) -> ExecutionWorkspace | 
     Raises :class:`WorkspaceBusy` while another live run writes there, :class:`HookFailed` when
     ``after_create``/``before_run`` fail (the run is left unchanged), and configuration or git errors.
     """
-    _release_ancestor_binding(issue=issue, run=run)
     issue.refresh_from_db()
+    _release_ancestor_binding(issue=issue, run=run)
     root = workspace_root()
 
     for _attempt in range(3):
@@ -607,6 +610,10 @@ def _has_live_run(workspace: ExecutionWorkspace, issue_ids=()) -> bool:
 
 def _remove_worktree(path: Path, *, root: Path, delete_branch: str | None = None):
     """``git worktree remove --force`` (then a plain delete inside the root as a fallback)."""
+    lexical = _lexically_inside(path, root)
+    if lexical.is_symlink():  # never follow it: drop the link only, its target is not ours to delete
+        lexical.unlink()
+        return
     path = _inside_root(path, root)
     common = gitops.common_git_dir(path) if path.is_dir() else None
     errors = []
@@ -638,12 +645,12 @@ def workspace_remove(*, workspace: ExecutionWorkspace) -> ExecutionWorkspace:
         if _has_live_run(locked):
             raise WorkspaceBusy("A live run is using this workspace.", details={"workspaceId": str(locked.pk)})
         if locked.strategy != WorkspaceStrategy.SHARED:
-            _inside_root(locked.path, root)  # never delete outside the root
+            _lexically_inside(locked.path, root)  # never delete outside the root
     locked = ExecutionWorkspace.objects.select_related("project", "source_issue").get(pk=locked.pk)
 
     if locked.strategy != WorkspaceStrategy.SHARED:
         path = Path(locked.path)
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             _hook(locked, "before_remove", issue=locked.source_issue, run=None)
         _remove_worktree(path, root=root)
 
@@ -670,8 +677,9 @@ def workspace_retention_sweep(*, now=None) -> dict:
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=int(settings.PAPERCLIP["WORKSPACE_RETENTION_SECONDS"]))
     counts = {"checked": 0, "removed": 0, "kept_live": 0, "not_due": 0, "failed": 0}
-    candidates = ExecutionWorkspace.objects.filter(status=WorkspaceStatus.ACTIVE, strategy=WorkspaceStrategy.ISOLATED)
-    for workspace in candidates.iterator():
+    candidate_ids = list(ExecutionWorkspace.objects.filter(
+        status=WorkspaceStatus.ACTIVE, strategy=WorkspaceStrategy.ISOLATED).values_list("pk", flat=True))
+    for workspace in ExecutionWorkspace.objects.filter(pk__in=candidate_ids, status=WorkspaceStatus.ACTIVE):
         counts["checked"] += 1
         condition = Q(execution_workspace_id=workspace.pk)
         if workspace.source_issue_id:
