@@ -25,7 +25,6 @@ from __future__ import annotations
 import abc
 import os
 import re
-import socket
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -50,7 +49,7 @@ class RunContext:
     run: object  # issues.models.HeartbeatRun
     agent: object  # issues.models.Agent
     issue: object | None
-    workspace: str | None  # directory the agent works in; None = a per-run temporary directory
+    workspace_path: str | None  # directory the agent works in; None = a per-run temporary directory
     env: dict[str, str]  # the PAPERCLIP_* variables
     secrets: list[str] = field(default_factory=list)  # replaced by "[redacted]" in the run log
     timeout_seconds: float = 3600
@@ -151,18 +150,18 @@ def redact(text: str, secrets) -> str:
     return text
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def prepare_context(run, *, owner: str | None = None, api_url: str | None = None,
-                    timeout_seconds: float | None = None, adapter: Adapter | None = None) -> RunContext:
+                    timeout_seconds: float | None = None, workspace_path: str | None = None,
+                    adapter: Adapter | None = None) -> RunContext:
     """Everything an adapter needs for ``run``: env, run-scoped key (when needed), secrets, timeout.
 
     Comment ids and the approval come from ``run.context`` (``commentIds``, ``approvalId``).
-    The timeout is ``timeout_seconds``, else adapter_config["timeout_seconds"], else
-    PAPERCLIP["RUN_TIMEOUT_SECONDS"].
+    The timeout is ``timeout_seconds``, else runtime_config["timeoutSeconds"], else
+    PAPERCLIP["RUN_TIMEOUT_SECONDS"]. The workspace is ``run.workspace`` (the caller may pass the
+    path of the workspace it admitted instead).
     """
+    from issues.services.runs import runtime_setting, this_owner
+
     from .registry import get_adapter
 
     agent, issue = run.agent, run.issue
@@ -182,11 +181,12 @@ def prepare_context(run, *, owner: str | None = None, api_url: str | None = None
     except AdapterConfigError:
         config_secrets = []  # execute() reports the config error
     if timeout_seconds is None:
-        timeout_seconds = config.get("timeout_seconds") or settings.PAPERCLIP["RUN_TIMEOUT_SECONDS"]
+        timeout_seconds = runtime_setting(agent, "timeoutSeconds", "RUN_TIMEOUT_SECONDS")
     return RunContext(
-        run=run, agent=agent, issue=issue, workspace=run.workspace.path if run.workspace_id else None,
+        run=run, agent=agent, issue=issue,
+        workspace_path=workspace_path or (run.workspace.path if run.workspace_id else None),
         env=env, secrets=[s for s in [raw_key, *config_secrets] if s], timeout_seconds=float(timeout_seconds),
-        owner=owner or default_owner(),
+        owner=owner or this_owner(),
     )
 
 

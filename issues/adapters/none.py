@@ -13,4 +13,3 @@ class NoneAdapter(Adapter):
     def execute(self, ctx: RunContext) -> None:
         log_event(ctx, RunEventKind.SYSTEM, "external agent: waiting for it to report through the API",
                   liveness=False)
-        return None

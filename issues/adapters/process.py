@@ -6,11 +6,11 @@ adapter_config::
       "command": ["python", "agent.py"],          # argv list; never a string, never a shell
       "env": {"MODEL": "x",                        # literal values (names like *KEY*/*TOKEN* are redacted)
               "OPENAI_API_KEY": {"secret_ref": "env:OPENAI_API_KEY"}},   # resolved from the host env
-      "timeout_seconds": 1800,                     # optional, else PAPERCLIP["RUN_TIMEOUT_SECONDS"]
       "grace_seconds": 5                           # SIGTERM -> SIGKILL delay when stopping
     }
 
-The process runs in its own session (process group) with a minimal environment: PATH, HOME,
+The run's timeout is RunContext.timeout_seconds (runtime_config["timeoutSeconds"], else
+PAPERCLIP["RUN_TIMEOUT_SECONDS"]). The process runs in its own session (process group) with a minimal environment: PATH, HOME,
 LANG, PYTHONPATH (when set on the host), the config's env and the PAPERCLIP_* variables (those
 win). Its stdout/stderr become run events line by line, with every secret replaced by
 "[redacted]". A last stdout line ``PAPERCLIP_RESULT {"liveness": ..., "reason": ...}`` reports
@@ -28,6 +28,8 @@ import subprocess
 import tempfile
 import threading
 import time
+
+from django.conf import settings
 
 from issues.choices import AdapterType, RunEventKind, RunLiveness, RunStatus
 
@@ -132,6 +134,7 @@ class ProcessAdapter(Adapter):
     needs_run_key = True
     poll_interval = 0.5  # how often the run row is read for a stop request
     default_grace = 5.0
+    heartbeat_interval: float | None = None  # None: PAPERCLIP["RUN_HEARTBEAT_INTERVAL_SECONDS"]
 
     # --- configuration ---------------------------------------------------------------------------
     def validate_config(self, config: dict) -> None:
@@ -141,7 +144,7 @@ class ProcessAdapter(Adapter):
                 "adapter_config.command must be a list of argv strings, not a string (no shell is used): "
                 'e.g. ["python", "agent.py"]'
             )
-        if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+        if not isinstance(command, list) or not command or not command[0] or not all(isinstance(a, str) for a in command):
             raise AdapterConfigError("adapter_config.command must be a non-empty list of argv strings")
         env = config.get("env", {})
         if not isinstance(env, dict):
@@ -159,9 +162,9 @@ class ProcessAdapter(Adapter):
                     raise AdapterConfigError(f"adapter_config.env.{name}: secret_ref must look like 'env:NAME'")
             elif not isinstance(value, (str, int, float, bool)):
                 raise AdapterConfigError(f"adapter_config.env.{name}: must be a string or a secret_ref")
-        for key in ("timeout_seconds", "grace_seconds"):
-            if key in config and (not isinstance(config[key], (int, float)) or config[key] <= 0):
-                raise AdapterConfigError(f"adapter_config.{key} must be a positive number")
+        grace = config.get("grace_seconds", self.default_grace)
+        if not isinstance(grace, (int, float)) or isinstance(grace, bool) or grace <= 0:
+            raise AdapterConfigError("adapter_config.grace_seconds must be a positive number")
 
     def _config_env(self, config: dict) -> tuple[dict[str, str], list[str]]:
         env, secrets = {}, []
@@ -201,10 +204,10 @@ class ProcessAdapter(Adapter):
         env.update(ctx.env)
         command = config["command"]
         temp_dir = None
-        if ctx.workspace:
-            if not os.path.isdir(ctx.workspace):
-                return AdapterResult(status=RunStatus.FAILED, error=f"workspace {ctx.workspace} does not exist")
-            cwd = ctx.workspace
+        if ctx.workspace_path:
+            if not os.path.isdir(ctx.workspace_path):
+                return AdapterResult(status=RunStatus.FAILED, error=f"workspace {ctx.workspace_path} does not exist")
+            cwd = ctx.workspace_path
         else:
             cwd = temp_dir = tempfile.mkdtemp(prefix=f"paperclip-run-{ctx.run.pk}-")
         try:
@@ -231,7 +234,8 @@ class ProcessAdapter(Adapter):
                    threading.Thread(target=_reader, args=(proc.stderr, RunEventKind.STDERR, lines), daemon=True)]
         for thread in readers:
             thread.start()
-        state = {"open": 2, "result": None}
+        state = {"open": 2, "result": None, "last_event": time.monotonic()}
+        heartbeat_every = self.heartbeat_interval or settings.PAPERCLIP["RUN_HEARTBEAT_INTERVAL_SECONDS"]
         outcome, error = None, ""
         reaped = False
 
@@ -239,12 +243,14 @@ class ProcessAdapter(Adapter):
             if chunk is _EOF:
                 state["open"] -= 1
                 return
-            text = redact(chunk.decode("utf-8", "replace").rstrip("\r\n"), secrets)
+            # NUL cannot be stored in a PostgreSQL text column.
+            text = redact(chunk.decode("utf-8", "replace").rstrip("\r\n").replace("\x00", "\ufffd"), secrets)
             if kind == RunEventKind.STDOUT:
                 parsed = parse_result_line(text)
                 if parsed:
                     state["result"] = parsed
             log_event(ctx, kind, text[:MAX_EVENT_CHARS], secrets)
+            state["last_event"] = time.monotonic()
 
         def drain(wait: float, batch: int = 500):
             # Bounded, so a flood of output cannot starve the stop and timeout checks.
@@ -275,6 +281,10 @@ class ProcessAdapter(Adapter):
                     stopped = run_stop_state(ctx.run.pk)
                     if stopped:
                         outcome, error = RunStatus.CANCELLED, stopped
+                    elif now - state["last_event"] >= heartbeat_every:
+                        # A quiet agent is still alive: keep the run's heartbeat fresh for the stale sweep.
+                        log_event(ctx, RunEventKind.HEARTBEAT, f"pid {proc.pid} alive", secrets, pid=proc.pid)
+                        state["last_event"] = now
             if outcome is not None:
                 log_event(ctx, RunEventKind.SYSTEM, f"{error}; terminating process group {pgid}", secrets)
             # Also ends whatever the agent left behind in its group after a normal exit.
@@ -291,11 +301,15 @@ class ProcessAdapter(Adapter):
             if not reaped:  # an error in the loop above must not leave the agent running
                 _signal_group(pgid, signal.SIGKILL)
                 proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+            for thread, stream in zip(readers, (proc.stdout, proc.stderr)):
+                thread.join(timeout=0.5)
+                # A pipe still held by a process that escaped the group keeps its (daemon) reader
+                # blocked; closing it under the reader could hang, so it is left to the GC.
+                if not thread.is_alive():
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
 
         liveness, reason = state["result"] or ("", "")
         if outcome is None:

@@ -105,6 +105,10 @@ class WakeupRequest(UUIDModel):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            # The wake that created a run, found on every coalesce without scanning coalesced rows.
+            models.Index(fields=["run", "created_at"], condition=~Q(status="coalesced"), name="wakeup_run_primary_idx"),
+        ]
         constraints = [
             choices_check("source", WakeSource, "wakeup_source_valid"),
             choices_check("status", WakeStatus, "wakeup_status_valid"),

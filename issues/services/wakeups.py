@@ -7,6 +7,7 @@ queued run that the dispatcher starts.
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from issues.actors import SYSTEM, Actor
 from issues.choices import (
@@ -87,6 +88,8 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
                 kick_dispatcher()
             return wake
     except IntegrityError:
+        if not idempotency_key:
+            raise
         # A concurrent request with the same idempotency key won the insert.
         return WakeupRequest.objects.get(agent=agent, idempotency_key=idempotency_key)
 
@@ -117,7 +120,11 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields):
 
 def _carry_into(run: HeartbeatRun, comment_ids: list[str]):
     """A coalesced wake adds its count and comment ids to the run's primary wake and context."""
-    primary = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED).order_by("created_at").first()
+    primaries = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED)
+    if not comment_ids:
+        primaries.update(coalesced_count=F("coalesced_count") + 1)  # one statement on the hot path
+        return
+    primary = primaries.order_by("created_at").first()
     if primary:
         primary.coalesced_count += 1
         primary.comment_ids = primary.comment_ids + [c for c in comment_ids if c not in primary.comment_ids]
