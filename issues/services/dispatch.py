@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -18,7 +17,7 @@ from issues.exceptions import ApiError
 from issues.models import Agent, HeartbeatRun
 
 from .activity import activity_record
-from .runs import run_finish, runs_promote_due_retries, runtime_setting
+from .runs import run_finish, runs_promote_due_retries
 
 log = logging.getLogger(__name__)
 WORKSPACE_BUSY_RETRY_SECONDS = 5
@@ -77,7 +76,7 @@ def run_claim(*, run_id, owner: str, now=None) -> HeartbeatRun | None:
 
 def run_execute(*, run_id, owner: str) -> HeartbeatRun | None:
     """Claim, prepare and run one agent process to its end."""
-    from issues.adapters.base import RunContext, build_run_env, issue_run_key
+    from issues.adapters.base import prepare_context
     from issues.adapters.registry import get_adapter
     from issues.workspaces.errors import WorkspaceBusy
     from issues.workspaces.service import workspace_admit, workspace_after_run
@@ -97,18 +96,10 @@ def run_execute(*, run_id, owner: str) -> HeartbeatRun | None:
             return run_finish(run=run, status=RunStatus.FAILED, error=f"{exc.code}: {exc.message}",
                               liveness="failed", liveness_reason=exc.code)
     try:
-        raw_key = issue_run_key(run)
-        context = run.context or {}
-        env = build_run_env(
-            run=run, agent=run.agent, issue=run.issue, api_url=settings.PAPERCLIP["API_URL"], api_key=raw_key,
-            wake_reason=run.wake_reason, comment_ids=context.get("commentIds", []),
-            approval_id=context.get("approvalId"),
-        )
-        secrets = [raw_key]
-        ctx = RunContext(run=run, agent=run.agent, issue=run.issue, workspace_path=workspace.path if workspace else None,
-                         env=env, secrets=secrets, owner=owner,
-                         timeout_seconds=runtime_setting(run.agent, "timeoutSeconds", "RUN_TIMEOUT_SECONDS"))
-        result = get_adapter(run.agent.adapter_type).execute(ctx)
+        adapter = get_adapter(run.agent.adapter_type)
+        ctx = prepare_context(run, owner=owner, workspace_path=workspace.path if workspace else None,
+                              adapter=adapter)
+        result = adapter.execute(ctx)
         if result is not None:
             run = run_finish(run=run, status=result.status, error=result.error or "", exit_code=result.exit_code,
                              liveness=result.liveness or "", liveness_reason=result.liveness_reason or "")
