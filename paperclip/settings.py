@@ -89,6 +89,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # process so that parallel test runs never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 else:
+    # One test database per process, so concurrent test runs on one server never collide.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 

@@ -347,3 +347,23 @@ def test_run_finish_records_activity_and_releases_in_one_step(company):
     assert row.details["releasedIssueIds"] == [str(issue.pk)] and row.details["liveness"] == "failed"
 
 
+
+
+def test_assignment_and_comments_wake_the_assignee_but_its_own_comments_do_not(board_client, company):
+    agent = AgentFactory(company=company)
+    created = board_client.post(f"/api/companies/{company.pk}/issues",
+                                {"title": "t", "assigneeAgentId": str(agent.pk)}, format="json").json()
+    assigned = WakeupRequest.objects.get(agent=agent)
+    assert (assigned.source, assigned.status, str(assigned.issue_id)) == ("assignment", "claimed", created["id"])
+    issue = Issue.objects.get(pk=created["id"])
+    board_comment = board_client.post(f"/api/issues/{issue.pk}/comments", {"body": "one more thing"},
+                                      format="json").json()
+    run = assigned.run
+    run.refresh_from_db()
+    assert run.context["commentIds"] == [board_comment["id"]]  # coalesced into the queued run
+    comment_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=issue, body="on it")
+    assert WakeupRequest.objects.filter(agent=agent).count() == 2  # the agent's own comment woke nobody
+    backlog = board_client.post(f"/api/companies/{company.pk}/issues",
+                                {"title": "later", "status": "backlog", "assigneeAgentId": str(agent.pk)},
+                                format="json").json()
+    assert not WakeupRequest.objects.filter(issue_id=backlog["id"]).exists()  # not actionable yet

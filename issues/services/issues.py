@@ -16,6 +16,7 @@ from issues.choices import (
     IssueStatus,
     OriginKind,
     RelationKind,
+    WakeSource,
 )
 from issues.exceptions import InvalidInput, NotCheckoutOwner, Unprocessable
 from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
@@ -24,6 +25,7 @@ from issues.workspaces.service import new_issue_workspace_fields
 
 from .activity import activity_record
 from .lookups import company_object
+from .wakeups import wake_assignee
 
 LOCK_FIELDS = {"checkout_run": None, "execution_run": None, "execution_locked_at": None}
 
@@ -160,6 +162,8 @@ def issue_create(
                         entity_id=issue.pk, details=details)
         if block_parent_until_done and requested is not None:
             _block_until_done(actor=actor, blocker=issue, blocked=requested)
+        if assignee is not None:
+            wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason="assigned")
         events.announce(events.issue_created, issue=issue, actor=actor)
     return issue, adjustment
 
@@ -272,6 +276,8 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
                             entity_id=issue.pk, details=details)
             events.announce(events.issue_updated, issue=issue, actor=actor, changes=diff)
+            if reassigned and issue.assignee_agent_id is not None:
+                wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason="assigned")
         elif adjustment:
             activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
                             entity_id=issue.pk, details={"changes": {}, "parentAdjusted": adjustment.as_dict()})

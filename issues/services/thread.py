@@ -8,12 +8,13 @@ from django.utils import timezone
 
 from issues import events
 from issues.actors import Actor
-from issues.choices import AuthorType, DocumentFormat, InteractionKind, InteractionStatus
+from issues.choices import AuthorType, DocumentFormat, InteractionKind, InteractionStatus, WakeSource
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, StaleRevision
 from issues.models import Comment, Document, DocumentRevision, Interaction, Issue
 
 from .activity import activity_record
 from .issues import ensure_owning_run
+from .wakeups import wake_assignee
 
 DOCUMENT_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -49,6 +50,9 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
         activity_record(actor=actor, company_id=issue.company_id, action="comment.created", entity_type="issue",
                         entity_id=issue.pk, details={"commentId": str(comment.pk)})
         events.announce(events.comment_created, comment=comment, actor=actor)
+        if comment.author_type != AuthorType.SYSTEM:
+            wake_assignee(issue=issue, source=WakeSource.AUTOMATION, reason="comment", comment_ids=[comment.pk],
+                          author_agent_id=comment.author_agent_id)
     return comment
 
 

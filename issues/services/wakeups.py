@@ -157,3 +157,13 @@ def wakeups_promote_deferred(*, run: HeartbeatRun) -> int:
                 kick_dispatcher()
             promoted += 1
     return promoted
+
+
+def wake_assignee(*, issue: Issue, source: str, reason: str, comment_ids=(),
+                  author_agent_id=None) -> WakeupRequest | None:
+    """Assignment and new comments wake the assigned agent; its own comments never do."""
+    if issue.assignee_agent_id is None or issue.status not in ACTIONABLE or author_agent_id == issue.assignee_agent_id:
+        return None
+    agent = Agent.objects.get(pk=issue.assignee_agent_id)
+    return agent_wakeup(actor=SYSTEM, agent=agent, source=source, reason=reason, issue=issue,
+                        comment_ids=comment_ids)

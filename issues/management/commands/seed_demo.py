@@ -1,4 +1,6 @@
 import secrets
+import sys
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -8,8 +10,10 @@ from issues.actors import SYSTEM, Actor
 from issues.models import Company, Goal, Project
 from issues.services.companies import agent_api_key_create, agent_create, company_create, membership_set
 from issues.services.issues import issue_create
+from issues.services.wakeups import agent_wakeup
 
 DEMO_PREFIX = "DEMO"
+EXAMPLE_AGENT = Path(__file__).resolve().parents[3] / "examples" / "heartbeat_agent.py"
 
 
 class Command(BaseCommand):
@@ -41,7 +45,11 @@ class Command(BaseCommand):
     def _create_demo(self, user):
         company = company_create(name="Paperclip Demo", issue_prefix=DEMO_PREFIX, enable_cases=True)
         ceo = agent_create(company=company, name="Ada", role="ceo", title="Chief Executive")
-        eng = agent_create(company=company, name="Linus", role="engineer", title="Engineer", reports_to=ceo)
+        # Linus is a real local agent process: the example Heartbeat agent, run by the worker.
+        eng = agent_create(company=company, name="Linus", role="engineer", title="Engineer", reports_to=ceo,
+                           adapter_type="process",
+                           adapter_config={"command": [sys.executable, str(EXAMPLE_AGENT)],
+                                           "env": {"EXAMPLE_AGENT_MODE": "done"}})
         agent_create(company=company, name="Grace", role="qa", title="QA", reports_to=ceo)
         project = Project.objects.create(company=company, name="Website")
         goal = Goal.objects.create(company=company, title="Launch v1")
@@ -57,4 +65,6 @@ class Command(BaseCommand):
             issue_create(actor=board, company=company, title=title, priority=priority, status=status,
                          parent_id=parent.pk, assignee_agent_id=eng.pk)
         issue_create(actor=SYSTEM, company=company, title="Fix the broken footer link", priority="critical")
+        first = company.issues.filter(assignee_agent=eng).order_by("number").first()
+        agent_wakeup(actor=board, agent=eng, issue=first, reason="demo: first assignment")
         return company
