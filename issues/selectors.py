@@ -171,3 +171,18 @@ def _uuid_or_error(value, field):
         return uuid.UUID(str(value))
     except ValueError:
         raise InvalidInput(details={field: ["Must be a UUID."]})
+
+
+def host_health() -> dict:
+    from django.db.models import Count
+
+    from issues.workspaces.service import workspace_health
+
+    by_status = dict(HeartbeatRun.objects.filter(status__in=("queued", "scheduled_retry", "running"))
+                     .values("status").annotate(n=Count("id")).values_list("status", "n"))
+    return {
+        "database": "ok",
+        "runs": {"queued": by_status.get("queued", 0), "scheduledRetry": by_status.get("scheduled_retry", 0),
+                 "running": by_status.get("running", 0)},
+        "workspaces": workspace_health(),
+    }

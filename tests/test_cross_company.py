@@ -278,7 +278,7 @@ CASES = [
 # Routes with no id to swap: each has its own test below proving it only shows the caller's company.
 NO_ID_ROUTES = {("agent-me", "GET"), ("company-list", "GET")}
 # /api/ routes that are not company data at all (the OpenAPI schema and its viewers).
-NOT_COMPANY_SCOPED = {"schema", "api-docs", "api-redoc"}
+NOT_COMPANY_SCOPED = {"schema", "api-docs", "api-redoc", "health"}  # health: staff only, host-wide
 ACTORS = ("agent", "board")
 
 

@@ -367,3 +367,17 @@ def test_assignment_and_comments_wake_the_assignee_but_its_own_comments_do_not(b
                                 {"title": "later", "status": "backlog", "assigneeAgentId": str(agent.pk)},
                                 format="json").json()
     assert not WakeupRequest.objects.filter(issue_id=backlog["id"]).exists()  # not actionable yet
+
+
+def test_host_health_reports_runs_and_workspace_disk_for_staff_only(company, board_client, board_user, settings,
+                                                                   tmp_path):
+    settings.PAPERCLIP = {**settings.PAPERCLIP, "WORKSPACE_ROOT": str(tmp_path), "WORKSPACE_DISK_CAP_BYTES": 10}
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "big.txt").write_text("x" * 100)
+    wake(AgentFactory(company=company), IssueFactory(company=company))
+    assert board_client.get("/api/health").status_code == 403
+    board_user.is_staff = True
+    board_user.save()
+    body = board_client.get("/api/health").json()
+    assert body["runs"]["queued"] == 1
+    assert body["workspaces"]["disk_bytes"] >= 100 and body["workspaces"]["over_cap"] is True

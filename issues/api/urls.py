@@ -3,6 +3,7 @@ from django.urls import path
 from . import views
 
 urlpatterns = [
+    path("health", views.HealthView.as_view(), name="health"),
     path("agents/me", views.AgentMeView.as_view(), name="agent-me"),
     path("agents/<uuid:agent_id>/wakeup", views.AgentWakeupView.as_view(), name="agent-wakeup"),
     path("companies", views.CompanyListView.as_view(), name="company-list"),

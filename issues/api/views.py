@@ -314,3 +314,14 @@ class CompanyListView(APIView):
 
         return Response(s.CompanyBriefSerializer(
             Company.objects.filter(pk__in=actor_from_request(request).company_ids), many=True).data)
+
+
+class HealthView(APIView):
+    """Host health for operators (staff): database, run queue, workspace disk use against its cap."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS}, operation_id="health")
+    def get(self, request):
+        actor = actor_from_request(request)
+        if not (actor.is_board and actor.user.is_staff):
+            raise Forbidden("Host health is for staff users.", code="staff_only")
+        return Response(selectors.host_health())
