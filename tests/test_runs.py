@@ -381,3 +381,18 @@ def test_host_health_reports_runs_and_workspace_disk_for_staff_only(company, boa
     body = board_client.get("/api/health").json()
     assert body["runs"]["queued"] == 1
     assert body["workspaces"]["disk_bytes"] >= 100 and body["workspaces"]["over_cap"] is True
+
+
+def test_monthly_budget_resets_when_the_month_turns(company):
+    agent = AgentFactory(company=company, budget_monthly_cents=100)
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    with time_machine.travel("2026-11-30 12:00Z"):
+        run = wake(agent, issue).run
+        runs.run_heartbeat(actor=SYSTEM, run=run, usage={"costCents": 150})
+        agent.refresh_from_db()
+        assert agent.spent_monthly_cents == 150 and wake(agent, issue).skip_reason == "budget_exceeded"
+    with time_machine.travel("2026-12-01 00:05Z"):
+        scheduling.sweep(owner="test:1")
+        agent.refresh_from_db()
+        assert (agent.spent_monthly_cents, agent.spend_period, agent.pause_reason) == (0, "2026-12", "")
+        assert wake(agent, issue).status == "claimed"

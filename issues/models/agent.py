@@ -23,6 +23,7 @@ class Agent(UUIDModel):
     runtime_config = models.JSONField(default=dict, blank=True)
     budget_monthly_cents = models.PositiveIntegerField(default=0, help_text="0 means no limit.")
     spent_monthly_cents = models.PositiveIntegerField(default=0)
+    spend_period = models.CharField(max_length=7, blank=True, help_text="The month (YYYY-MM) spend counts for.")
     pause_reason = models.CharField(max_length=200, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
 

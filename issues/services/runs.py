@@ -115,6 +115,9 @@ def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
         setattr(run, name, value)
     if delta_cost <= 0:
         return False
+    from .scheduling import budgets_roll_month
+
+    budgets_roll_month()  # spend belongs to the current month
     Agent.objects.filter(pk=run.agent_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
     Company.objects.filter(pk=run.company_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
     agent = Agent.objects.get(pk=run.agent_id)

@@ -29,11 +29,20 @@ def timer_heartbeats(*, now=None) -> int:
     return woken
 
 
+def budgets_roll_month(*, now=None) -> int:
+    """A new month starts every agent's spend at zero (and lifts a budget stop)."""
+    period = (now or timezone.now()).strftime("%Y-%m")
+    stale = Agent.objects.exclude(spend_period=period)
+    stale.filter(pause_reason="budget_exceeded").update(pause_reason="")
+    return stale.update(spent_monthly_cents=0, spend_period=period)
+
+
 def sweep(*, owner: str, now=None) -> dict:
     from issues.workspaces.service import workspace_retention_sweep
 
     now = now or timezone.now()
     return {
+        "budgetResets": budgets_roll_month(now=now),
         "staleRuns": len(runs_reap_stale(now=now, owner=owner)),
         "dueRetries": runs_promote_due_retries(now=now),
         "timerWakes": timer_heartbeats(now=now),
