@@ -6,7 +6,6 @@ surviving worker's sweep abandons the run and no stale lock is left behind.
 Nothing in the test process dispatches or executes runs: it records wakes, watches the database
 (bounded polling), and kills processes. Needs Redis on 127.0.0.1:6379 (CI starts it)."""
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from issues.actors import Actor
-from issues.models import Comment, HeartbeatRun, Issue
+from issues.models import Comment, HeartbeatRun
 from issues.services.checkout import issue_checkout
 from tests.factories import AgentFactory, IssueFactory, MembershipFactory
 
@@ -76,7 +75,10 @@ def redis_database():
     try:
         redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
-        pytest.fail(f"Redis is required at {REDIS_HOST}:{REDIS_PORT} for the Celery topology tests: {exc}")
+        message = f"Redis is required at {REDIS_HOST}:{REDIS_PORT} for the Celery topology tests: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI starts Redis: its absence there is a failure, never a skip
+        pytest.skip(message + " (a developer machine without Redis; CI runs these)")
     for index in candidates:
         client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=index)
         if client.set(REDIS_CLAIM_KEY, token, nx=True, ex=600):

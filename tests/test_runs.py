@@ -396,3 +396,23 @@ def test_monthly_budget_resets_when_the_month_turns(company):
         agent.refresh_from_db()
         assert (agent.spent_monthly_cents, agent.spend_period, agent.pause_reason) == (0, "2026-12", "")
         assert wake(agent, issue).status == "claimed"
+
+
+def test_an_orphaned_agent_on_this_host_is_killed_when_its_run_is_abandoned(company, settings):
+    import socket
+
+    settings.PAPERCLIP = {**settings.PAPERCLIP, "RUN_HEARTBEAT_STALE_SECONDS": 1}
+    dead_owner = subprocess.Popen(["true"])
+    dead_owner.wait()
+    orphan = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        run = RunFactory(agent=AgentFactory(company=company), status="running", pid=orphan.pid,
+                         owner=f"{socket.gethostname()}:{dead_owner.pid}",
+                         last_heartbeat_at=timezone.now() - timedelta(seconds=5))
+        runs.runs_reap_stale(owner="this-host:2")
+        assert orphan.wait(timeout=5) == -signal.SIGKILL
+        run.refresh_from_db()
+        assert run.status == "timed_out"
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)

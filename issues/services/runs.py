@@ -292,7 +292,7 @@ def runs_reap_stale(*, now=None, owner: str | None = None) -> list[HeartbeatRun]
     )
     reaped = []
     for run in stale:
-        if owner and run.owner == owner and run.pid:
+        if run.pid and ((owner and run.owner == owner) or _orphaned_here(run)):
             kill_process_group(run.pid)
         reaped.append(run_finish(run=run, status=RunStatus.TIMED_OUT,
                                  error=f"heartbeat stale since {(run.last_heartbeat_at or run.started_at)}"))
@@ -304,11 +304,31 @@ def runs_reconcile_on_start(*, hostname: str | None = None) -> list[HeartbeatRun
     hostname = hostname or socket.gethostname()
     interrupted = []
     for run in HeartbeatRun.objects.filter(status=RunStatus.RUNNING, owner__startswith=f"{hostname}:"):
-        owner_pid = int(run.owner.rsplit(":", 1)[1]) if run.owner.rsplit(":", 1)[1].isdigit() else None
+        owner_pid = _owner_pid(run.owner)
         if owner_pid and _pid_alive(owner_pid):
             continue
+        if run.pid and _orphaned_here(run):
+            kill_process_group(run.pid)
         interrupted.append(run_finish(run=run, status=RunStatus.INTERRUPTED, error="owner process is gone"))
     return interrupted
+
+
+def _owner_pid(owner: str) -> int | None:
+    tail = owner.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _orphaned_here(run: HeartbeatRun) -> bool:
+    """The run's agent process lives on this host but the process that owned it is gone: an
+    orphan nobody else can stop. Agents lead their own process group, which guards against a
+    reused pid."""
+    owner_pid = _owner_pid(run.owner)
+    if not run.owner.startswith(f"{socket.gethostname()}:") or owner_pid is None or _pid_alive(owner_pid):
+        return False
+    try:
+        return os.getpgid(run.pid) == run.pid
+    except ProcessLookupError:
+        return False
 
 
 def _pid_alive(pid: int) -> bool:
