@@ -8,7 +8,7 @@ from django.dispatch import Signal
 
 issue_created = Signal()  # issue, actor
 issue_updated = Signal()  # issue, actor, changes
-issue_checked_out = Signal()  # issue, actor, run
+issue_checked_out = Signal()  # issue, actor, run_id
 comment_created = Signal()  # comment, actor
 run_finished = Signal()  # run
 

@@ -13,7 +13,7 @@ from issues.models import Approval, Comment, Document, HeartbeatRun, Issue, RunE
 ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")
 
 
-def _is_identifier(pk) -> bool:
+def is_identifier(pk) -> bool:
     """``PAP-12`` rather than a UUID."""
     return "-" in str(pk) and len(str(pk)) < 25
 
@@ -21,13 +21,13 @@ def _is_identifier(pk) -> bool:
 def issue_get(*, actor: Actor, pk) -> Issue:
     """By UUID or by identifier (``PAP-12``)."""
     qs = Issue.objects.select_related(*ISSUE_RELATED)
-    field, value = ("identifier", str(pk).upper()) if _is_identifier(pk) else ("pk", pk)
+    field, value = ("identifier", str(pk).upper()) if is_identifier(pk) else ("pk", pk)
     return scoped_get(qs, actor, value, "Issue", field=field)
 
 
 def issue_row(*, actor: Actor, pk) -> Issue:
     """The issue's own columns only (no joins): for writes that answer with the issue itself."""
-    field, value = ("identifier", str(pk).upper()) if _is_identifier(pk) else ("pk", pk)
+    field, value = ("identifier", str(pk).upper()) if is_identifier(pk) else ("pk", pk)
     return scoped_get(Issue.objects.all(), actor, value, "Issue", field=field)
 
 

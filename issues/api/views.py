@@ -110,10 +110,10 @@ class IssueCheckoutView(APIView):
                    responses={200: s.IssueSerializer, **ERRORS}, operation_id="issues_checkout")
     def post(self, request, issue_id):
         actor = actor_from_request(request)
-        issue = selectors.issue_row(actor=actor, pk=issue_id)
         data = parse(s.CheckoutSerializer, request)
+        # The claim itself is scoped to the caller's companies: another company's issue is a 404.
         issue, _ = checkout_services.issue_checkout(
-            actor=actor, issue=issue, agent_id=data["agentId"], expected_statuses=data["expectedStatuses"],
+            actor=actor, issue_ref=issue_id, agent_id=data["agentId"], expected_statuses=data["expectedStatuses"],
             run_header=request.headers.get(RUN_HEADER),
         )
         return Response(s.IssueSerializer(issue).data)

@@ -1,15 +1,14 @@
 """The claim: checkout as one conditional UPDATE, and its release."""
 from __future__ import annotations
 
-from datetime import UTC
+import uuid
 
 from django.db import connection, transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from issues import events
+from issues import events, selectors
 from issues.actors import Actor
-from issues.choices import CHECKOUT_FROM_STATUSES, LIVE_RUN_STATUSES, IssueStatus, RelationKind
+from issues.choices import CHECKOUT_FROM_STATUSES, LIVE_RUN_STATUSES, IssueStatus, RelationKind, RunStatus
 from issues.exceptions import CheckoutConflict, Conflict, Forbidden, NotCheckoutOwner, Unprocessable
 from issues.models import Agent, HeartbeatRun, Issue, IssueRelation
 
@@ -19,12 +18,13 @@ from .lookups import company_object
 
 # The claim is one conditional UPDATE: concurrent claimers serialise on the row lock and the
 # database re-checks the WHERE clause (subqueries included) against the winner's committed row,
-# so exactly one succeeds. Written as SQL because it is the hottest statement of the protocol.
+# so exactly one succeeds. It is scoped to the caller's companies and returns the claimed row,
+# so the happy path reads nothing else. Written as SQL because it is the protocol's hottest path.
 _CLAIM_SQL = """
 UPDATE {issue} SET status = %s, assignee_agent_id = %s, assignee_user_id = NULL,
     checkout_run_id = %s, execution_run_id = %s, execution_locked_at = %s,
     started_at = COALESCE(started_at, %s), completed_at = NULL, cancelled_at = NULL, updated_at = %s
-WHERE id = %s AND (
+WHERE {key} = %s AND company_id IN ({companies}) AND (
     (status IN ({expected}) AND (assignee_agent_id IS NULL OR assignee_agent_id = %s)
      AND assignee_user_id IS NULL)
     OR (status = %s AND assignee_agent_id = %s
@@ -34,37 +34,38 @@ WHERE id = %s AND (
 ) AND NOT EXISTS (
     SELECT 1 FROM {relation} rel JOIN {issue} b ON b.id = rel.issue_id
     WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status <> %s
-)
-RETURNING started_at
+){run_check}
+RETURNING *
 """
+# An agent's run must be its own and running; anything else takes the slow path, which explains.
+_RUN_CHECK = "\nAND EXISTS (SELECT 1 FROM {run} r0 WHERE r0.id = %s AND r0.agent_id = %s AND r0.status = %s)"
 
 
-def _claim(*, issue_id, agent_id, run_id, expected, now):
-    """Run the claim; the row's started_at if it was claimed, else None."""
+def _claim(*, ref, company_ids, agent_id, run_id, expected, now, check_run: bool) -> Issue | None:
+    """Run the claim; the claimed issue, or None when nothing matched."""
     qn = connection.ops.quote_name
-    sql = _CLAIM_SQL.format(
-        issue=qn(Issue._meta.db_table), run=qn(HeartbeatRun._meta.db_table),
-        relation=qn(IssueRelation._meta.db_table),
-        expected=", ".join(["%s"] * len(expected)), live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
-    )
     uid = Issue._meta.pk.get_db_prep_value
-    at = Issue._meta.get_field("updated_at").get_db_prep_value
-    agent, run, stamp = uid(agent_id, connection), uid(run_id, connection), at(now, connection)
-    live = list(LIVE_RUN_STATUSES)
-    params = [IssueStatus.IN_PROGRESS, agent, run, run, stamp, stamp, stamp, uid(issue_id, connection),
-              *expected, agent, IssueStatus.IN_PROGRESS, agent, run, *live, *live,
-              RelationKind.BLOCKS, IssueStatus.DONE]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+    identifier = selectors.is_identifier(ref)
+    tables = {"issue": qn(Issue._meta.db_table), "run": qn(HeartbeatRun._meta.db_table),
+              "relation": qn(IssueRelation._meta.db_table)}
+    sql = _CLAIM_SQL.format(
+        **tables, key="identifier" if identifier else "id",
+        companies=", ".join(["%s"] * len(company_ids)),
+        expected=", ".join(["%s"] * len(expected)), live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
+        run_check=_RUN_CHECK.format(**tables) if check_run else "",
+    )
+    try:
+        key = str(ref).upper() if identifier else uid(uuid.UUID(str(ref)), connection)
+    except ValueError:
         return None
-    started_at = row[0]
-    if isinstance(started_at, str):  # SQLite hands back text
-        started_at = parse_datetime(started_at)
-        if timezone.is_naive(started_at):
-            started_at = timezone.make_aware(started_at, UTC)
-    return started_at
+    stamp = Issue._meta.get_field("updated_at").get_db_prep_value(now, connection)
+    agent, run, live = uid(agent_id, connection), uid(run_id, connection), list(LIVE_RUN_STATUSES)
+    params = [IssueStatus.IN_PROGRESS, agent, run, run, stamp, stamp, stamp, key,
+              *[uid(c, connection) for c in company_ids], *expected, agent, IssueStatus.IN_PROGRESS, agent, run,
+              *live, *live, RelationKind.BLOCKS, IssueStatus.DONE]
+    if check_run:
+        params += [run, agent, RunStatus.RUNNING]
+    return next(iter(Issue.objects.raw(sql, params)), None)
 
 
 def _checkout_agent(actor: Actor, issue: Issue, agent_id) -> Agent:
@@ -100,8 +101,10 @@ def _checkout_run(actor: Actor, agent: Agent, run_header: str | None) -> Heartbe
     return run
 
 
-def issue_checkout(*, actor: Actor, issue: Issue, agent_id, expected_statuses, run_header: str | None = None):
-    """Claim ``issue`` for ``agent_id``'s run. Returns (issue, claimed: bool)."""
+def issue_checkout(*, actor: Actor, agent_id, expected_statuses, issue: Issue | None = None, issue_ref=None,
+                   run_header: str | None = None):
+    """Claim an issue (by instance or by id/identifier) for ``agent_id``'s run.
+    Returns (issue, claimed: bool); claimed is False for the idempotent same-run repeat."""
     invalid = [s for s in expected_statuses if s not in CHECKOUT_FROM_STATUSES]
     if invalid or not expected_statuses:
         raise Unprocessable(
@@ -109,24 +112,24 @@ def issue_checkout(*, actor: Actor, issue: Issue, agent_id, expected_statuses, r
             code="invalid_expected_statuses",
             details={"expectedStatuses": [f"'{s}' cannot be checked out from." for s in invalid] or ["Required."]},
         )
-    actor.ensure_can_write(issue.company_id)
-    agent = _checkout_agent(actor, issue, agent_id)
+    ref = issue.pk if issue is not None else issue_ref
+    company_ids = actor.company_ids if actor.company_ids is not None else [issue.company_id]
+    fast_run = _header_run_id(actor) if actor.is_agent and str(agent_id) == str(actor.agent.pk) else None
+    if fast_run is not None:
+        # Happy path for an agent with its running run: one statement claims and returns the row.
+        claimed = _claim_and_record(actor=actor, ref=ref, company_ids=company_ids, agent_id=actor.agent.pk,
+                                    run_id=fast_run, expected=expected_statuses, check_run=True)
+        if claimed is not None:
+            return claimed, True
+    current = issue if issue is not None else selectors.issue_row(actor=actor, pk=ref)  # 404 first
+    actor.ensure_can_write(current.company_id)
+    agent = _checkout_agent(actor, current, agent_id)
     run = _checkout_run(actor, agent, run_header)
-    now = timezone.now()
-    with transaction.atomic():
-        started_at = _claim(issue_id=issue.pk, agent_id=agent.pk, run_id=run.pk, expected=expected_statuses, now=now)
-        if started_at is not None:
-            from_status = issue.status
-            issue.status, issue.assignee_agent_id, issue.assignee_user_id = IssueStatus.IN_PROGRESS, agent.pk, None
-            issue.checkout_run_id = issue.execution_run_id = run.pk
-            issue.execution_locked_at = issue.updated_at = now
-            issue.started_at, issue.completed_at, issue.cancelled_at = started_at, None, None
-            activity_record(actor=actor, company_id=issue.company_id, action="issue.checked_out",
-                            entity_type="issue", entity_id=issue.pk, run=run,
-                            details={"agentId": str(agent.pk), "runId": str(run.pk), "fromStatus": from_status})
-            events.announce(events.issue_checked_out, issue=issue, actor=actor, run=run)
-            return issue, True
-    current = Issue.objects.get(pk=issue.pk)
+    claimed = _claim_and_record(actor=actor, ref=current.pk, company_ids=[current.company_id], agent_id=agent.pk,
+                                run_id=run.pk, expected=expected_statuses, check_run=False)
+    if claimed is not None:
+        return claimed, True
+    current = Issue.objects.get(pk=current.pk)
     if (current.status == IssueStatus.IN_PROGRESS and current.assignee_agent_id == agent.pk
             and current.checkout_run_id == run.pk):
         return current, False  # same run again: idempotent, no side effects
@@ -142,6 +145,27 @@ def issue_checkout(*, actor: Actor, issue: Issue, agent_id, expected_statuses, r
             raise Unprocessable("The issue has blockers that are not done.", code="blocked_by_open_issues",
                                 details={"blockers": blockers})
     raise CheckoutConflict(details=_conflict_details(current))
+
+
+def _header_run_id(actor: Actor):
+    try:
+        return uuid.UUID(actor.run_header) if actor.run_header else None
+    except ValueError:
+        return None
+
+
+def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, expected, check_run) -> Issue | None:
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = _claim(ref=ref, company_ids=company_ids, agent_id=agent_id, run_id=run_id, expected=expected,
+                         now=now, check_run=check_run)
+        if claimed is None:
+            return None
+        activity_record(actor=actor, company_id=claimed.company_id, action="issue.checked_out",
+                        entity_type="issue", entity_id=claimed.pk, run=HeartbeatRun(pk=run_id),
+                        details={"agentId": str(agent_id), "runId": str(run_id)})
+        events.announce(events.issue_checked_out, issue=claimed, actor=actor, run_id=run_id)
+    return claimed
 
 
 def issue_release(*, actor: Actor, issue: Issue) -> Issue:
