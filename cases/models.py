@@ -1,1 +1,164 @@
-"""Models arrive with their issue; the app is installed so migrations have a home."""
+"""Cases: a structured work record with one primary task whose ``workflow`` document holds the
+procedure; links to other issues, an event history, reusable workflow definitions and handoffs."""
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Lower
+
+from issues.choices import ActorType
+from issues.models.base import UUIDModel, choices_check
+
+from .choices import CaseEventKind, CaseLinkRole, CaseStatus, HandoffStatus, WorkflowAction
+
+
+class WorkflowDefinition(UUIDModel):
+    """A company's reusable procedure: a name and a Markdown prompt, pinned by its fingerprint."""
+
+    company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="workflow_definitions")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    prompt = models.TextField(help_text="Markdown procedure adopted into a case's task document 'workflow'.")
+    fingerprint = models.CharField(max_length=64, editable=False, help_text="sha256 of the prompt (hex).")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(Lower("name"), "company", name="workflow_definition_name_unique_per_company"),
+            models.CheckConstraint(condition=~Q(name=""), name="workflow_definition_name_not_blank"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Case(UUIDModel):
+    company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="cases")
+    number = models.PositiveIntegerField()
+    identifier = models.CharField(max_length=24, unique=True, help_text="PREFIX-C<n>.")
+    case_type = models.CharField(max_length=100)
+    idempotency_key = models.CharField(max_length=200, blank=True,
+                                       help_text="Create-or-return key, unique per company and case type.")
+    title = models.CharField(max_length=500)
+    summary = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=CaseStatus.choices, default=CaseStatus.DRAFT)
+    fields = models.JSONField(default=dict, blank=True, help_text="Structured facts of the case.")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    project = models.ForeignKey("issues.Project", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="cases")
+    primary_task = models.OneToOneField("issues.Issue", null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="primary_case")
+    current_workflow = models.ForeignKey(WorkflowDefinition, null=True, blank=True, on_delete=models.SET_NULL,
+                                         related_name="cases")
+    phase = models.CharField(max_length=200, blank=True, help_text="Free-text phase inside the workflow.")
+    created_by_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+                                         related_name="created_cases")
+    created_by_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="created_cases")
+
+    class Meta:
+        ordering = ["-updated_at", "id"]
+        indexes = [models.Index(fields=["company", "status", "updated_at"], name="case_browse_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["company", "number"], name="case_number_unique_per_company"),
+            models.UniqueConstraint(fields=["company", "case_type", "idempotency_key"],
+                                    condition=~Q(idempotency_key=""), name="case_idempotency_key_unique"),
+            choices_check("status", CaseStatus, "case_status_valid"),
+            models.CheckConstraint(condition=~Q(parent=F("id")), name="case_not_own_parent"),
+            models.CheckConstraint(condition=~Q(case_type=""), name="case_type_not_blank"),
+        ]
+
+    def __str__(self):
+        return f"{self.identifier} {self.title}"
+
+
+class CaseIssueLink(models.Model):
+    company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="+")
+    case = models.ForeignKey(Case, on_delete=models.CASCADE, related_name="issue_links")
+    issue = models.ForeignKey("issues.Issue", on_delete=models.CASCADE, related_name="case_links")
+    role = models.CharField(max_length=16, choices=CaseLinkRole.choices, default=CaseLinkRole.WORK)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["case", "issue"], name="case_issue_link_unique"),
+            choices_check("role", CaseLinkRole, "case_issue_link_role_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.case_id} {self.role} {self.issue_id}"
+
+
+class CaseEvent(models.Model):
+    """Append-only history of a case."""
+
+    company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="+")
+    case = models.ForeignKey(Case, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=CaseEventKind.choices)
+    details = models.JSONField(default=dict, blank=True)
+    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
+    actor_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    actor_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL,
+                            related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            choices_check("kind", CaseEventKind, "case_event_kind_valid"),
+            choices_check("actor_type", ActorType, "case_event_actor_type_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.case_id} {self.kind}"
+
+
+class CaseHandoff(UUIDModel):
+    """Moving a case from one agent to another, optionally adopting/refreshing/detaching a workflow.
+
+    The prompt text, workflow name and the task document's base revision are captured at acceptance;
+    they are applied together once the outgoing execution settles (or held for recovery)."""
+
+    company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="+")
+    case = models.ForeignKey(Case, on_delete=models.CASCADE, related_name="handoffs")
+    from_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="handoffs_out")
+    to_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="handoffs_in")
+    workflow_action = models.CharField(max_length=16, choices=WorkflowAction.choices,
+                                       default=WorkflowAction.PRESERVE)
+    workflow = models.ForeignKey(WorkflowDefinition, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="handoffs")
+    workflow_name = models.CharField(max_length=200, blank=True, help_text="Captured at acceptance.")
+    prompt_text = models.TextField(blank=True, help_text="Captured at acceptance.")
+    phase = models.CharField(max_length=200, blank=True)
+    base_revision = models.ForeignKey("issues.DocumentRevision", null=True, blank=True,
+                                      on_delete=models.SET_NULL, related_name="+")
+    status = models.CharField(max_length=16, choices=HandoffStatus.choices, default=HandoffStatus.PENDING)
+    principal = models.CharField(max_length=80, help_text="The authenticated principal: 'agent:<id>' or 'user:<id>'.")
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    source_run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    recovery_detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["principal", "idempotency_key"], condition=~Q(idempotency_key=""),
+                                    name="case_handoff_idempotency_key_unique"),
+            choices_check("workflow_action", WorkflowAction, "case_handoff_workflow_action_valid"),
+            choices_check("status", HandoffStatus, "case_handoff_status_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.case_id} handoff {self.status}"
+
+
+__all__ = ["Case", "CaseEvent", "CaseHandoff", "CaseIssueLink", "WorkflowDefinition", "CaseEventKind",
+           "CaseLinkRole"]

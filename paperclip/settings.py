@@ -143,6 +143,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Issue and case statuses share values but are different enums.
+    "ENUM_NAME_OVERRIDES": {
+        "IssueStatusEnum": "issues.choices.IssueStatus",
+        "CaseStatusEnum": "cases.choices.CaseStatus",
+    },
     "APPEND_COMPONENTS": {
         "securitySchemes": {
             "agentKey": {"type": "http", "scheme": "bearer", "description": "Agent API key"},

@@ -24,6 +24,9 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from cases.models import Case as CaseRecord
+from cases.models import CaseEvent, CaseIssueLink, WorkflowDefinition
+from cases.services import case_create, workflow_definition_create
 from issues.actors import SYSTEM
 from issues.choices import InteractionKind
 from issues.models import (
@@ -61,7 +64,7 @@ from tests.factories import (
 
 
 def build_company(prefix):
-    company = CompanyFactory(issue_prefix=prefix, name=f"Company {prefix}")
+    company = CompanyFactory(issue_prefix=prefix, name=f"Company {prefix}", enable_cases=True)
     agent = AgentFactory(company=company, name=f"{prefix.lower()}-engineer")
     _, raw_key = agent_api_key_create(agent=agent)
     run = RunFactory(agent=agent, status="running", started_at=timezone.now())
@@ -78,9 +81,13 @@ def build_company(prefix):
                                      title=f"{prefix} confirm the plan", document_key="plan")
     approval = Approval.objects.create(company=company, title=f"{prefix} approval")
     ApprovalIssue.objects.create(approval=approval, issue=issue)
+    workflow = workflow_definition_create(actor=SYSTEM, company=company, name=f"{prefix} review",
+                                          prompt=f"{prefix} review procedure")
+    case, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=f"{prefix} case",
+                          kickoff=f"{prefix} kickoff", workflow_document_text=f"{prefix} workflow", project_id=project.pk)
     return SimpleNamespace(company=company, agent=agent, raw_key=raw_key, run=run, project=project, goal=goal,
                            issue=issue, issue2=issue2, wip=wip, revision=revision, comment=comment,
-                           interaction=interaction, approval=approval)
+                           interaction=interaction, approval=approval, case=case, workflow=workflow)
 
 
 def ghost_of(world):
@@ -90,7 +97,7 @@ def ghost_of(world):
 
     return SimpleNamespace(company=new(), agent=new(), run=new(), project=new(), goal=new(), issue=new(),
                            issue2=new(), wip=new(), revision=new(), comment=new(), interaction=new(),
-                           approval=new())
+                           approval=new(), case=new(), workflow=new())
 
 
 def fast_user(username):
@@ -119,7 +126,8 @@ def client_for(world, who):
 
 
 SNAPSHOT_MODELS = (Company, Agent, Membership, Project, Goal, Issue, IssueRelation, Comment, Document,
-                   DocumentRevision, Interaction, Approval, ApprovalIssue, ActivityLog, HeartbeatRun, WakeupRequest)
+                   DocumentRevision, Interaction, Approval, ApprovalIssue, ActivityLog, HeartbeatRun, WakeupRequest,
+                   CaseRecord, CaseIssueLink, CaseEvent, WorkflowDefinition)
 
 
 def db_snapshot():
@@ -273,6 +281,39 @@ CASES = [
          lambda o, t: (f"/api/agents/{s(o.agent)}/wakeup", {"issueId": s(t.issue)})),
     Case("wakeup-commentIds", "agent-wakeup", "POST",
          lambda o, t: (f"/api/agents/{s(o.agent)}/wakeup", {"issueId": s(o.issue), "commentIds": [s(t.comment)]})),
+    # cases and workflow definitions (both companies have enable_cases on)
+    Case("company-cases-list", "company-cases", "GET", lambda o, t: (f"/api/companies/{s(t.company)}/cases", None)),
+    Case("company-cases-list-filtered", "company-cases", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/cases?projectId={s(t.project)}&groupBy=project", None)),
+    Case("company-cases-create", "company-cases", "POST",
+         lambda o, t: (f"/api/companies/{s(t.company)}/cases",
+                       {"type": "review", "title": "planted", "kickoff": "k", "workflowDocumentText": "w"})),
+    Case("case-create-projectId", "company-cases", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/cases", {"type": "review", "title": "x", "kickoff": "k",
+                                                                 "workflowDocumentText": "w",
+                                                                 "projectId": s(t.project)})),
+    Case("case-create-parentCaseId", "company-cases", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/cases", {"type": "review", "title": "x", "kickoff": "k",
+                                                                 "workflowDocumentText": "w",
+                                                                 "parentCaseId": s(t.case)})),
+    Case("case-create-workflowDefinitionId", "company-cases", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/cases", {"type": "review", "title": "x", "kickoff": "k",
+                                                                 "workflowDocumentText": "w",
+                                                                 "workflowDefinitionId": s(t.workflow)})),
+    Case("company-case-types", "company-case-types", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/cases/types", None)),
+    Case("case-get[uuid]", "case-detail", "GET", lambda o, t: (f"/api/cases/{s(t.case)}", None)),
+    Case("case-get[identifier]", "case-detail", "GET", lambda o, t: (f"/api/cases/{t.case.identifier}", None)),
+    Case("case-patch", "case-detail", "PATCH",
+         lambda o, t: (f"/api/cases/{s(t.case)}", {"title": "hijacked", "status": "done"})),
+    Case("company-workflow-definitions-list", "company-workflow-definitions", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/workflow-definitions", None)),
+    Case("company-workflow-definitions-create", "company-workflow-definitions", "POST",
+         lambda o, t: (f"/api/companies/{s(t.company)}/workflow-definitions", {"name": "planted", "prompt": "p"})),
+    Case("workflow-definition-get", "workflow-definition-detail", "GET",
+         lambda o, t: (f"/api/workflow-definitions/{s(t.workflow)}", None)),
+    Case("workflow-definition-patch", "workflow-definition-detail", "PATCH",
+         lambda o, t: (f"/api/workflow-definitions/{s(t.workflow)}", {"prompt": "hijacked"})),
 ]
 
 # Routes with no id to swap: each has its own test below proving it only shows the caller's company.

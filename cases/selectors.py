@@ -1,0 +1,101 @@
+"""Reads shared by the API and the console. Everything is company-scoped and behind ``enable_cases``."""
+from django.db.models import Case as When_, IntegerField, Value, When
+from django.db.models import F
+
+from issues.actors import Actor
+from issues.exceptions import InvalidInput, NotFound
+from issues.selectors import is_identifier, list_window, scoped_get
+
+from .choices import CASE_STATUS_ORDER, CaseGroupBy, CaseSortField, SortDir
+from .filtersets import CaseFilterSet, WorkflowDefinitionFilterSet
+from .models import Case, WorkflowDefinition
+
+CASE_RELATED = ("company", "project", "primary_task", "current_workflow")
+SORT_COLUMNS = {
+    CaseSortField.UPDATED: "updated_at",
+    CaseSortField.CREATED: "created_at",
+    CaseSortField.TITLE: "title",
+    CaseSortField.STATUS: "status_rank",
+    CaseSortField.TYPE: "case_type",
+}
+
+
+def cases_company(*, actor: Actor, company_id):
+    """The company if the actor may see it and cases are enabled there; else a 404."""
+    company = actor.company(company_id)
+    if not company.enable_cases:
+        raise NotFound("Cases are not enabled for this company.")
+    return company
+
+
+def _enabled(obj, label):
+    if not obj.company.enable_cases:
+        raise NotFound(f"{label} not found.")
+    return obj
+
+
+def case_get(*, actor: Actor, pk) -> Case:
+    """By UUID or identifier (``PAP-C3``)."""
+    qs = Case.objects.select_related(*CASE_RELATED)
+    field, value = ("identifier", str(pk).upper()) if is_identifier(pk) else ("pk", pk)
+    return _enabled(scoped_get(qs, actor, value, "Case", field=field), "Case")
+
+
+def case_detail(*, actor: Actor, pk) -> Case:
+    case = case_get(actor=actor, pk=pk)
+    case.link_rows = list(case.issue_links.select_related("issue").order_by("created_at", "id"))
+    case.event_rows = list(case.events.order_by("-created_at", "-id")[:50])
+    return case
+
+
+def _status_rank():
+    return When_(*[When(status=s, then=Value(i)) for i, s in enumerate(CASE_STATUS_ORDER)],
+                 default=Value(len(CASE_STATUS_ORDER)), output_field=IntegerField())
+
+
+def case_browse(*, company, params) -> dict:
+    """Filter, then sort and group the whole (company-authorized) result, then take the page."""
+    filterset = CaseFilterSet(data=params, queryset=Case.objects.filter(company=company))
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    data = filterset.form.cleaned_data
+    sort_field = data.get("sortField") or CaseSortField.UPDATED
+    sort_dir = data.get("sortDir") or (SortDir.DESC if sort_field in (CaseSortField.UPDATED, CaseSortField.CREATED)
+                                       else SortDir.ASC)
+    group_by = data.get("groupBy") or CaseGroupBy.NONE
+
+    qs = filterset.qs.select_related(*CASE_RELATED).annotate(status_rank=_status_rank())
+    column = SORT_COLUMNS[sort_field]
+    sort = F(column).desc() if sort_dir == SortDir.DESC else F(column).asc()
+    tie = F("id").desc() if sort_dir == SortDir.DESC else F("id").asc()
+    groups = {
+        CaseGroupBy.NONE: [],
+        CaseGroupBy.STATUS: [F("status_rank").asc()],
+        CaseGroupBy.TYPE: [F("case_type").asc()],
+        # Stable project ids; cases without a project last.
+        CaseGroupBy.PROJECT: [F("project_id").asc(nulls_last=True)],
+    }[group_by]
+    qs = qs.order_by(*groups, sort, tie)
+    total = qs.count()
+    return {"items": list(qs[offset: offset + limit]), "total": total, "limit": limit, "offset": offset,
+            "sortField": sort_field, "sortDir": sort_dir, "groupBy": group_by}
+
+
+def case_types(*, company) -> list[str]:
+    return list(Case.objects.filter(company=company).order_by("case_type").values_list("case_type", flat=True)
+                .distinct())
+
+
+def workflow_definition_list(*, company, params):
+    filterset = WorkflowDefinitionFilterSet(data=params, queryset=WorkflowDefinition.objects.filter(
+        company=company).order_by("name", "id"))
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    return filterset.qs[offset: offset + limit]
+
+
+def workflow_definition_get(*, actor: Actor, pk) -> WorkflowDefinition:
+    qs = WorkflowDefinition.objects.select_related("company")
+    return _enabled(scoped_get(qs, actor, pk, "Workflow definition"), "Workflow definition")

@@ -1,0 +1,209 @@
+"""Every write of the cases app. Case routes are behind the company flag ``enable_cases``."""
+from __future__ import annotations
+
+import hashlib
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from issues.actors import Actor
+from issues.choices import DocumentFormat, OriginKind
+from issues.exceptions import Conflict, InvalidInput
+from issues.models import Company, Project
+from issues.services.activity import activity_record
+from issues.services.issues import issue_create
+from issues.services.lookups import company_object
+from issues.services.thread import document_write
+
+from .choices import CaseEventKind, CaseLinkRole, CaseStatus
+from .models import Case, CaseEvent, CaseIssueLink, WorkflowDefinition
+
+WORKFLOW_DOCUMENT_KEY = "workflow"
+CASE_UPDATE_FIELDS = ("title", "summary", "status", "fields", "phase")
+
+
+def prompt_fingerprint(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+
+def _authorize(actor: Actor, company_id):
+    actor.ensure_can_write(company_id)
+    return actor.require_live_run() if actor.is_agent else None
+
+
+def case_event_record(*, actor: Actor, case: Case, kind: str, details: dict | None = None, run=None) -> CaseEvent:
+    fields = actor.activity_fields()
+    return CaseEvent.objects.create(
+        company_id=case.company_id, case=case, kind=kind, details=details or {},
+        actor_type=fields["actor_type"], actor_agent=fields["actor_agent"], actor_user=fields["actor_user"],
+        run=run if run is not None else fields["run"],
+    )
+
+
+def case_create(
+    *,
+    actor: Actor,
+    company: Company,
+    case_type: str,
+    title: str,
+    kickoff: str,
+    workflow_document_text: str,
+    summary: str = "",
+    status: str = CaseStatus.DRAFT,
+    fields: dict | None = None,
+    parent_id=None,
+    project_id=None,
+    workflow_definition_id=None,
+    phase: str = "",
+    idempotency_key: str = "",
+) -> tuple[Case, bool]:
+    """Create a case with its primary task, or return the case already created under the same
+    (company, type, idempotency key). Returns ``(case, created)``.
+
+    The primary task's description is the kickoff; the workflow text is saved verbatim as the
+    task's document ``workflow``. Missing kickoff or workflow text is rejected before any write."""
+    errors = {}
+    if not (kickoff or "").strip():
+        errors["kickoff"] = ["This field may not be blank."]
+    if not (workflow_document_text or "").strip():
+        errors["workflowDocumentText"] = ["This field may not be blank."]
+    if not (case_type or "").strip():
+        errors["type"] = ["This field may not be blank."]
+    if errors:
+        raise InvalidInput(details=errors)
+    run = _authorize(actor, company.pk)
+    with transaction.atomic():
+        parent = company_object(Case, company.pk, parent_id, "parentCaseId")
+        project = company_object(Project, company.pk, project_id, "projectId")
+        workflow = company_object(WorkflowDefinition, company.pk, workflow_definition_id, "workflowDefinitionId")
+        # The company row serializes numbering and the idempotent upsert.
+        Company.objects.select_for_update().get(pk=company.pk)
+        if idempotency_key:
+            existing = Case.objects.filter(company=company, case_type=case_type,
+                                           idempotency_key=idempotency_key).first()
+            if existing is not None:
+                return existing, False
+        number = (Case.objects.filter(company=company).aggregate(n=Max("number"))["n"] or 0) + 1
+        try:
+            with transaction.atomic():
+                case = Case.objects.create(
+                    company=company, number=number, identifier=f"{company.issue_prefix}-C{number}",
+                    case_type=case_type, idempotency_key=idempotency_key or "", title=title, summary=summary,
+                    status=status, fields=fields or {}, parent=parent, project=project, current_workflow=workflow,
+                    phase=phase, created_by_agent=actor.agent, created_by_user=actor.user if actor.is_board else None,
+                )
+        except IntegrityError:
+            existing = Case.objects.filter(company=company, case_type=case_type,
+                                           idempotency_key=idempotency_key).first() if idempotency_key else None
+            if existing is not None:
+                return existing, False
+            raise Conflict("The case was created concurrently; retry.", code="case_conflict")
+        task, _ = issue_create(actor=actor, company=company, title=title, description=kickoff,
+                               project_id=project.pk if project else None, origin_kind=OriginKind.CASE,
+                               origin_id=str(case.pk))
+        revision = document_write(actor=actor, issue=task, key=WORKFLOW_DOCUMENT_KEY, body=workflow_document_text,
+                                  title="Workflow", format=DocumentFormat.MARKDOWN)
+        case.primary_task = task
+        case.save(update_fields=["primary_task", "updated_at"])
+        CaseIssueLink.objects.create(company=company, case=case, issue=task, role=CaseLinkRole.ORIGIN)
+        case_event_record(actor=actor, case=case, kind=CaseEventKind.CREATED, run=run, details={
+            "identifier": case.identifier, "type": case_type, "status": status,
+            "primaryTaskId": str(task.pk), "workflowRevisionId": str(revision.pk),
+            "workflowDefinitionId": str(workflow.pk) if workflow else None,
+        })
+        case_event_record(actor=actor, case=case, kind=CaseEventKind.ISSUE_LINKED, run=run,
+                          details={"issueId": str(task.pk), "role": CaseLinkRole.ORIGIN})
+        activity_record(actor=actor, company_id=company.pk, action="case.created", entity_type="case",
+                        entity_id=case.pk, details={"identifier": case.identifier, "primaryTaskId": str(task.pk)},
+                        run=run)
+    return case, True
+
+
+def case_update(*, actor: Actor, case: Case, changes: dict) -> Case:
+    """Change title, summary, status, fields (whole object) and phase."""
+    unknown = set(changes) - set(CASE_UPDATE_FIELDS)
+    if unknown:
+        raise InvalidInput(details={name: ["This field cannot be changed here."] for name in sorted(unknown)})
+    run = _authorize(actor, case.company_id)
+    with transaction.atomic():
+        case = Case.objects.select_for_update().get(pk=case.pk)
+        diff = {}
+        for name, value in changes.items():
+            old = getattr(case, name)
+            if old != value:
+                diff[name] = [old, value]
+                setattr(case, name, value)
+        if not diff:
+            return case
+        case.save()
+        if "status" in diff:
+            case_event_record(actor=actor, case=case, kind=CaseEventKind.STATUS_CHANGED, run=run,
+                              details={"from": diff["status"][0], "to": diff["status"][1]})
+        case_event_record(actor=actor, case=case, kind=CaseEventKind.UPDATED, run=run,
+                          details={"changes": sorted(diff)})
+        activity_record(actor=actor, company_id=case.company_id, action="case.updated", entity_type="case",
+                        entity_id=case.pk, details={"changes": sorted(diff)}, run=run)
+    return case
+
+
+def _name_taken(company_id, name, exclude_pk=None) -> bool:
+    qs = WorkflowDefinition.objects.filter(company_id=company_id, name__iexact=name)
+    if exclude_pk is not None:
+        qs = qs.exclude(pk=exclude_pk)
+    return qs.exists()
+
+
+def _name_conflict(name):
+    return Conflict("A workflow definition with this name already exists.", code="workflow_name_taken",
+                    details={"name": [f"'{name}' is already used in this company."]})
+
+
+def workflow_definition_create(*, actor: Actor, company: Company, name: str, prompt: str,
+                               description: str = "") -> WorkflowDefinition:
+    name = (name or "").strip()
+    if not name:
+        raise InvalidInput(details={"name": ["This field may not be blank."]})
+    run = _authorize(actor, company.pk)
+    try:
+        with transaction.atomic():
+            if _name_taken(company.pk, name):
+                raise _name_conflict(name)
+            definition = WorkflowDefinition.objects.create(company=company, name=name, description=description,
+                                                           prompt=prompt, fingerprint=prompt_fingerprint(prompt))
+            activity_record(actor=actor, company_id=company.pk, action="workflow_definition.created",
+                            entity_type="workflow_definition", entity_id=definition.pk,
+                            details={"name": name, "fingerprint": definition.fingerprint}, run=run)
+    except IntegrityError:
+        raise _name_conflict(name)
+    return definition
+
+
+def workflow_definition_update(*, actor: Actor, definition: WorkflowDefinition, changes: dict) -> WorkflowDefinition:
+    """Change name, description or prompt; a prompt change moves the fingerprint. Cases keep their
+    own copies in their task documents: shared edits affect future adoptions only."""
+    unknown = set(changes) - {"name", "description", "prompt"}
+    if unknown:
+        raise InvalidInput(details={name: ["This field cannot be changed here."] for name in sorted(unknown)})
+    if "name" in changes:
+        changes = {**changes, "name": (changes["name"] or "").strip()}
+        if not changes["name"]:
+            raise InvalidInput(details={"name": ["This field may not be blank."]})
+    run = _authorize(actor, definition.company_id)
+    try:
+        with transaction.atomic():
+            definition = WorkflowDefinition.objects.select_for_update().get(pk=definition.pk)
+            if "name" in changes and _name_taken(definition.company_id, changes["name"], exclude_pk=definition.pk):
+                raise _name_conflict(changes["name"])
+            diff = sorted(k for k, v in changes.items() if getattr(definition, k) != v)
+            if not diff:
+                return definition
+            for name, value in changes.items():
+                setattr(definition, name, value)
+            definition.fingerprint = prompt_fingerprint(definition.prompt)
+            definition.save()
+            activity_record(actor=actor, company_id=definition.company_id, action="workflow_definition.updated",
+                            entity_type="workflow_definition", entity_id=definition.pk,
+                            details={"changes": diff, "fingerprint": definition.fingerprint}, run=run)
+    except IntegrityError:
+        raise _name_conflict(changes.get("name", definition.name))
+    return definition
