@@ -4,7 +4,7 @@ from django.db.models import F
 
 from issues.actors import Actor
 from issues.exceptions import InvalidInput, NotFound
-from issues.selectors import is_identifier, list_window, scoped_get
+from issues.selectors import get_by_ref, list_window, scoped_get
 
 from .choices import CASE_STATUS_ORDER, CaseGroupBy, CaseSortField, SortDir
 from .filtersets import CaseFilterSet, WorkflowDefinitionFilterSet
@@ -36,9 +36,7 @@ def _enabled(obj, label):
 
 def case_get(*, actor: Actor, pk) -> Case:
     """By UUID or identifier (``PAP-C3``)."""
-    qs = Case.objects.select_related(*CASE_RELATED)
-    field, value = ("identifier", str(pk).upper()) if is_identifier(pk) else ("pk", pk)
-    return _enabled(scoped_get(qs, actor, value, "Case", field=field), "Case")
+    return _enabled(get_by_ref(Case.objects.select_related(*CASE_RELATED), actor, pk, "Case"), "Case")
 
 
 def case_detail(*, actor: Actor, pk) -> Case:

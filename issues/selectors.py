@@ -20,15 +20,18 @@ def is_identifier(pk) -> bool:
 
 def issue_get(*, actor: Actor, pk) -> Issue:
     """By UUID or by identifier (``PAP-12``)."""
-    qs = Issue.objects.select_related(*ISSUE_RELATED)
-    field, value = ("identifier", str(pk).upper()) if is_identifier(pk) else ("pk", pk)
-    return scoped_get(qs, actor, value, "Issue", field=field)
+    return get_by_ref(Issue.objects.select_related(*ISSUE_RELATED), actor, pk, "Issue")
 
 
 def issue_row(*, actor: Actor, pk) -> Issue:
     """The issue's own columns only (no joins): for writes that answer with the issue itself."""
+    return get_by_ref(Issue.objects.all(), actor, pk, "Issue")
+
+
+def get_by_ref(queryset, actor: Actor, pk, label: str):
+    """By UUID or by identifier (``PAP-12``, ``PAP-C3``), inside the actor's companies."""
     field, value = ("identifier", str(pk).upper()) if is_identifier(pk) else ("pk", pk)
-    return scoped_get(Issue.objects.all(), actor, value, "Issue", field=field)
+    return scoped_get(queryset, actor, value, label, field=field)
 
 
 def issue_detail(*, actor: Actor, pk) -> Issue:

@@ -416,3 +416,15 @@ def test_an_orphaned_agent_on_this_host_is_killed_when_its_run_is_abandoned(comp
     finally:
         if orphan.poll() is None:
             os.killpg(orphan.pid, signal.SIGKILL)
+
+
+def test_usage_in_a_new_month_resets_only_that_agents_spend_first(company):
+    agent = AgentFactory(company=company, spent_monthly_cents=90, spend_period="2026-10")
+    other = AgentFactory(company=company, spent_monthly_cents=40, spend_period="2026-10")
+    with time_machine.travel("2026-11-03 09:00Z"):
+        run = wake(agent, IssueFactory(company=company)).run
+        runs.run_heartbeat(actor=SYSTEM, run=run, usage={"costCents": 5})
+    agent.refresh_from_db()
+    other.refresh_from_db()
+    assert (agent.spent_monthly_cents, agent.spend_period) == (5, "2026-11")
+    assert (other.spent_monthly_cents, other.spend_period) == (40, "2026-10")  # left to the sweep

@@ -135,8 +135,6 @@ class IssueBlockersView(APIView):
         actor = actor_from_request(request)
         issue = selectors.issue_get(actor=actor, pk=issue_id)
         data = parse(s.BlockerSerializer, request)
-        if actor.is_agent:
-            actor.require_live_run()
         blocker = company_object(Issue, issue.company_id, data["blockerId"], "blockerId")
         issue_services.relation_add(actor=actor, blocker=blocker, blocked=issue)
         return Response(s.IssueRefSerializer(selectors.open_blockers(issue), many=True).data, status=201)
@@ -256,8 +254,6 @@ class AgentWakeupView(APIView):
         actor = actor_from_request(request)
         agent = selectors.scoped_get(Agent.objects.all(), actor, agent_id, "Agent")
         data = parse(s.WakeupSerializer, request)
-        if actor.is_agent and actor.agent.pk != agent.pk:
-            actor.require_live_run()  # waking another agent is a mutation made from a run
         issue = company_object(Issue, agent.company_id, data.get("issueId"), "issueId")
         wake = wakeup_services.agent_wakeup(
             actor=actor, agent=agent, source=data["source"], reason=data["reason"], issue=issue,
@@ -296,8 +292,6 @@ class IssueRunStopView(APIView):
     def post(self, request, issue_id):
         actor = actor_from_request(request)
         issue = selectors.issue_row(actor=actor, pk=issue_id)
-        if actor.is_agent:
-            actor.require_live_run()
         return Response(s.RunSerializer(run_services.issue_run_stop(actor=actor, issue=issue), many=True).data)
 
 

@@ -184,6 +184,8 @@ def _block_until_done(*, actor: Actor, blocker: Issue, blocked: Issue):
 
 def relation_add(*, actor: Actor, blocker: Issue, blocked: Issue) -> IssueRelation:
     actor.ensure_can_write(blocked.company_id)
+    if actor.is_agent:
+        actor.require_live_run()
     if blocker.company_id != blocked.company_id:
         raise InvalidInput(details={"blockerId": ["Blockers must belong to the same company."]})
     with transaction.atomic():

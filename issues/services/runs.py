@@ -117,7 +117,7 @@ def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
         return False
     from .scheduling import budgets_roll_month
 
-    budgets_roll_month()  # spend belongs to the current month
+    budgets_roll_month(agent_id=run.agent_id)  # spend belongs to the current month
     Agent.objects.filter(pk=run.agent_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
     Company.objects.filter(pk=run.company_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
     agent = Agent.objects.get(pk=run.agent_id)
@@ -150,6 +150,8 @@ def _finish_stopped(runs_to_end):
 def issue_run_stop(*, actor: Actor, issue: Issue) -> list[HeartbeatRun]:
     """Stop the live runs of this one issue; the agent is never paused."""
     actor.ensure_can_write(issue.company_id)
+    if actor.is_agent:
+        actor.require_live_run()
     to_end = []
     with transaction.atomic():
         runs = list(HeartbeatRun.objects.select_for_update().filter(issue=issue, status__in=LIVE_RUN_STATUSES))

@@ -29,10 +29,13 @@ def timer_heartbeats(*, now=None) -> int:
     return woken
 
 
-def budgets_roll_month(*, now=None) -> int:
-    """A new month starts every agent's spend at zero (and lifts a budget stop)."""
+def budgets_roll_month(*, now=None, agent_id=None) -> int:
+    """A new month starts an agent's spend at zero (and lifts a budget stop): every agent from the
+    sweep, one agent before its usage is added."""
     period = (now or timezone.now()).strftime("%Y-%m")
     stale = Agent.objects.exclude(spend_period=period)
+    if agent_id is not None:
+        stale = stale.filter(pk=agent_id)
     stale.filter(pause_reason="budget_exceeded").update(pause_reason="")
     return stale.update(spent_monthly_cents=0, spend_period=period)
 

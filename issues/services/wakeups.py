@@ -58,6 +58,8 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
     if source not in WakeSource.values:
         raise InvalidInput(details={"source": [f"'{source}' is not one of {', '.join(WakeSource.values)}."]})
     actor.ensure_can_write(agent.company_id)
+    if actor.is_agent and actor.agent.pk != agent.pk:
+        actor.require_live_run()  # waking another agent is a mutation made from a run
     comment_ids = [str(c) for c in dict.fromkeys(comment_ids)]
     if comment_ids and Comment.objects.filter(pk__in=comment_ids, company_id=agent.company_id).count() != len(
         comment_ids
