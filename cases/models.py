@@ -8,7 +8,15 @@ from django.db.models.functions import Lower
 from issues.choices import ActorType
 from issues.models.base import UUIDModel, choices_check
 
-from .choices import CaseEventKind, CaseLinkRole, CaseStatus, HandoffStatus, WorkflowAction
+from .choices import (
+    OPEN_HANDOFF_STATUSES,
+    CaseEventKind,
+    CaseLinkRole,
+    CaseStatus,
+    HandoffStatus,
+    HandoffTarget,
+    WorkflowAction,
+)
 
 
 class WorkflowDefinition(UUIDModel):
@@ -124,10 +132,15 @@ class CaseHandoff(UUIDModel):
 
     company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="+")
     case = models.ForeignKey(Case, on_delete=models.CASCADE, related_name="handoffs")
-    from_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+    # RESTRICT: handoff history is retained; an agent it references is terminated, never purged
+    # on its own (deleting the whole company still removes both).
+    from_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.RESTRICT,
                                    related_name="handoffs_out")
-    to_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+    to_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.RESTRICT,
                                  related_name="handoffs_in")
+    target = models.CharField(max_length=8, choices=HandoffTarget.choices, default=HandoffTarget.AGENT)
+    kickoff = models.BooleanField(default=False, help_text="The first handoff, which created the case.")
+    note = models.TextField(blank=True, help_text="Message for the recipient, posted on the task at transfer.")
     workflow_action = models.CharField(max_length=16, choices=WorkflowAction.choices,
                                        default=WorkflowAction.PRESERVE)
     workflow = models.ForeignKey(WorkflowDefinition, null=True, blank=True, on_delete=models.SET_NULL,
@@ -135,11 +148,20 @@ class CaseHandoff(UUIDModel):
     workflow_name = models.CharField(max_length=200, blank=True, help_text="Captured at acceptance.")
     prompt_text = models.TextField(blank=True, help_text="Captured at acceptance.")
     phase = models.CharField(max_length=200, blank=True)
+    set_phase = models.BooleanField(default=False, help_text="False: the case keeps its phase.")
+    previous_workflow_name = models.CharField(max_length=200, blank=True, help_text="Captured at acceptance.")
+    previous_phase = models.CharField(max_length=200, blank=True, help_text="Captured at acceptance.")
     base_revision = models.ForeignKey("issues.DocumentRevision", null=True, blank=True,
                                       on_delete=models.SET_NULL, related_name="+")
     status = models.CharField(max_length=16, choices=HandoffStatus.choices, default=HandoffStatus.PENDING)
     principal = models.CharField(max_length=80, help_text="The authenticated principal: 'agent:<id>' or 'user:<id>'.")
     idempotency_key = models.CharField(max_length=200, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True,
+                                           help_text="sha256 of the request; a reused key with another body is refused.")
+    applied_revision = models.ForeignKey("issues.DocumentRevision", null=True, blank=True,
+                                         on_delete=models.SET_NULL, related_name="+")
+    wakeup = models.ForeignKey("issues.WakeupRequest", null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="+", help_text="The delivery wake of the recipient.")
     source_run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     accepted_at = models.DateTimeField(null=True, blank=True)
@@ -152,6 +174,11 @@ class CaseHandoff(UUIDModel):
         constraints = [
             models.UniqueConstraint(fields=["principal", "idempotency_key"], condition=~Q(idempotency_key=""),
                                     name="case_handoff_idempotency_key_unique"),
+            models.UniqueConstraint(fields=["case"], condition=Q(status__in=OPEN_HANDOFF_STATUSES),
+                                    name="case_handoff_one_open_per_case"),
+            models.CheckConstraint(condition=Q(target=HandoffTarget.DONE, to_agent__isnull=True)
+                                   | Q(target=HandoffTarget.AGENT), name="case_handoff_done_has_no_recipient"),
+            choices_check("target", HandoffTarget, "case_handoff_target_valid"),
             choices_check("workflow_action", WorkflowAction, "case_handoff_workflow_action_valid"),
             choices_check("status", HandoffStatus, "case_handoff_status_valid"),
         ]

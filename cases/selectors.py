@@ -1,4 +1,5 @@
 """Reads shared by the API and the console. Everything is company-scoped and behind ``enable_cases``."""
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Case as When_, IntegerField, Value, When
 from django.db.models import F
 
@@ -97,3 +98,68 @@ def workflow_definition_list(*, company, params):
 def workflow_definition_get(*, actor: Actor, pk) -> WorkflowDefinition:
     qs = WorkflowDefinition.objects.select_related("company")
     return _enabled(scoped_get(qs, actor, pk, "Workflow definition"), "Workflow definition")
+
+
+# --- handoffs -------------------------------------------------------------------------------
+HANDOFF_RELATED = ("case", "case__company", "from_agent", "to_agent", "workflow")
+
+
+def case_handoffs(*, actor: Actor, case_pk) -> list:
+    """A case's handoff history, oldest first."""
+    case = case_get(actor=actor, pk=case_pk)
+    return list(case.handoffs.select_related(*HANDOFF_RELATED).order_by("created_at", "id"))
+
+
+def handoff_for_intervention(*, actor: Actor, case_pk, handoff_pk):
+    """A handoff of a case in the actor's companies. Deliberately not behind ``enable_cases``:
+    cancelling an existing handoff keeps working after the feature is switched off."""
+    from .models import CaseHandoff
+
+    case = get_by_ref(Case.objects.select_related("company"), actor, case_pk, "Case")
+    try:
+        return CaseHandoff.objects.select_related(*HANDOFF_RELATED).get(pk=handoff_pk, case=case)
+    except (CaseHandoff.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+        raise NotFound("Handoff not found.")
+
+
+# --- history and task links (bounded reads live in cases/reading.py) --------------------------
+def case_events(*, case: Case, params) -> dict:
+    """The case's history, oldest first (``created_at``, then id), offset-paginated."""
+    from .models import CaseEvent
+
+    limit, offset = list_window(params)
+    qs = CaseEvent.objects.filter(case=case).order_by("created_at", "id")
+    return {"items": list(qs[offset: offset + limit]), "total": qs.count(), "limit": limit, "offset": offset}
+
+
+def case_document_revisions(*, case: Case, key: str, params):
+    """Revisions (oldest first) of document ``key`` of the case's primary task.
+
+    Documents belong to tasks in this project; there is no separate case-owned document
+    store, so a case's document ``key`` *is* its primary task's document ``key`` (the
+    procedure lives in the primary task's ``workflow`` document). A case without a primary
+    task, or a task without that document, is a 404."""
+    from issues.models import Document
+
+    document = Document.objects.filter(issue_id=case.primary_task_id, key=key).first() \
+        if case.primary_task_id else None
+    if document is None:
+        raise NotFound("Document not found.")
+    limit, offset = list_window(params)
+    return document.revisions.order_by("number")[offset: offset + limit]
+
+
+def issue_cases(*, actor: Actor, issue_id) -> list:
+    """Cases linked to an issue (any role), in the issue's company, behind ``enable_cases``."""
+    from issues.selectors import issue_row
+
+    from .models import CaseIssueLink
+
+    issue = issue_row(actor=actor, pk=issue_id)
+    company = actor.company(issue.company_id)
+    if not company.enable_cases:
+        raise NotFound("Issue not found.")
+    return list(CaseIssueLink.objects.filter(issue=issue, company_id=issue.company_id,
+                                             case__company_id=issue.company_id)
+                .select_related(*(f"case__{r}" for r in CASE_RELATED)).defer("case__fields")
+                .order_by("created_at", "id"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
@@ -13,20 +14,22 @@ from issues.models import Company, Project
 from issues.services.activity import activity_record
 from issues.services.issues import issue_create
 from issues.services.lookups import company_object
-from issues.services.thread import document_write
+from issues.services.thread import DOCUMENT_KEY, document_write
 
 from .choices import CaseEventKind, CaseLinkRole, CaseStatus
 from .models import Case, CaseEvent, CaseIssueLink, WorkflowDefinition
 
 WORKFLOW_DOCUMENT_KEY = "workflow"
-CASE_UPDATE_FIELDS = ("title", "summary", "status", "fields", "phase")
+# Facts only: status, phase, routing and permissions move through handoffs and task completion.
+CASE_UPDATE_FIELDS = ("title", "summary", "fields")
 
 
 def prompt_fingerprint(prompt: str) -> str:
     return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
 
 
-def _authorize(actor: Actor, company_id):
+def authorize_write(actor: Actor, company_id):
+    """Board writers, or an agent with a live run; returns the run (None for board users)."""
     actor.ensure_can_write(company_id)
     return actor.require_live_run() if actor.is_agent else None
 
@@ -56,13 +59,16 @@ def case_create(
     workflow_definition_id=None,
     phase: str = "",
     idempotency_key: str = "",
+    initial_documents=(),
 ) -> tuple[Case, bool]:
     """Create a case with its primary task, or return the case already created under the same
     (company, type, idempotency key). Returns ``(case, created)``.
 
     The primary task's description is the kickoff; the workflow text is saved verbatim as the
-    task's document ``workflow``. Missing kickoff or workflow text is rejected before any write."""
-    errors = {}
+    task's document ``workflow``; ``initial_documents`` (``{key, body, title?, format?}``) are
+    written as ordinary task documents before anything is dispatched. Missing kickoff or workflow
+    text, a bad seed document or an over-budget seed is rejected before any write."""
+    errors = _seed_errors(workflow_document_text, initial_documents)
     if not (kickoff or "").strip():
         errors["kickoff"] = ["This field may not be blank."]
     if not (workflow_document_text or "").strip():
@@ -71,7 +77,7 @@ def case_create(
         errors["type"] = ["This field may not be blank."]
     if errors:
         raise InvalidInput(details=errors)
-    run = _authorize(actor, company.pk)
+    run = authorize_write(actor, company.pk)
     with transaction.atomic():
         parent = company_object(Case, company.pk, parent_id, "parentCaseId")
         project = company_object(Project, company.pk, project_id, "projectId")
@@ -103,6 +109,9 @@ def case_create(
                                origin_id=str(case.pk))
         revision = document_write(actor=actor, issue=task, key=WORKFLOW_DOCUMENT_KEY, body=workflow_document_text,
                                   title="Workflow", format=DocumentFormat.MARKDOWN)
+        for seed in initial_documents:
+            document_write(actor=actor, issue=task, key=seed["key"], body=seed["body"],
+                           title=seed.get("title") or "", format=seed.get("format") or DocumentFormat.MARKDOWN)
         case.primary_task = task
         case.save(update_fields=["primary_task", "updated_at"])
         CaseIssueLink.objects.create(company=company, case=case, issue=task, role=CaseLinkRole.ORIGIN)
@@ -119,12 +128,34 @@ def case_create(
     return case, True
 
 
+def _seed_errors(workflow_document_text, initial_documents) -> dict:
+    """Seed documents share one byte budget with the workflow text and can never replace it."""
+    errors, seen = {}, set()
+    budget = settings.PAPERCLIP["CASE_SEED_BUDGET_BYTES"]
+    used = len((workflow_document_text or "").encode("utf-8"))
+    for i, seed in enumerate(initial_documents or ()):
+        key = seed.get("key") or ""
+        if key == WORKFLOW_DOCUMENT_KEY:
+            errors[f"initialDocuments[{i}].key"] = ["The workflow document comes from workflowDocumentText."]
+        elif not DOCUMENT_KEY.match(key):
+            errors[f"initialDocuments[{i}].key"] = ["Use 1-64 characters: lowercase letters, digits, '-' and '_'."]
+        elif key in seen:
+            errors[f"initialDocuments[{i}].key"] = [f"'{key}' appears twice."]
+        seen.add(key)
+        if seed.get("format") and seed["format"] not in DocumentFormat.values:
+            errors[f"initialDocuments[{i}].format"] = [f"Use one of {', '.join(DocumentFormat.values)}."]
+        used += len((seed.get("body") or "").encode("utf-8"))
+    if used > budget:
+        errors["initialDocuments"] = [f"Workflow text and seed documents exceed {budget} bytes together."]
+    return errors
+
+
 def case_update(*, actor: Actor, case: Case, changes: dict) -> Case:
     """Change title, summary, status, fields (whole object) and phase."""
     unknown = set(changes) - set(CASE_UPDATE_FIELDS)
     if unknown:
         raise InvalidInput(details={name: ["This field cannot be changed here."] for name in sorted(unknown)})
-    run = _authorize(actor, case.company_id)
+    run = authorize_write(actor, case.company_id)
     with transaction.atomic():
         case = Case.objects.select_for_update().get(pk=case.pk)
         diff = {}
@@ -163,7 +194,7 @@ def workflow_definition_create(*, actor: Actor, company: Company, name: str, pro
     name = (name or "").strip()
     if not name:
         raise InvalidInput(details={"name": ["This field may not be blank."]})
-    run = _authorize(actor, company.pk)
+    run = authorize_write(actor, company.pk)
     try:
         with transaction.atomic():
             if _name_taken(company.pk, name):
@@ -188,7 +219,7 @@ def workflow_definition_update(*, actor: Actor, definition: WorkflowDefinition, 
         changes = {**changes, "name": (changes["name"] or "").strip()}
         if not changes["name"]:
             raise InvalidInput(details={"name": ["This field may not be blank."]})
-    run = _authorize(actor, definition.company_id)
+    run = authorize_write(actor, definition.company_id)
     try:
         with transaction.atomic():
             definition = WorkflowDefinition.objects.select_for_update().get(pk=definition.pk)

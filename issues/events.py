@@ -8,9 +8,13 @@ from django.dispatch import Signal
 
 issue_created = Signal()  # issue, actor
 issue_updated = Signal()  # issue, actor, changes
+# Sent inside the transaction of the change, after the row is saved: receivers that must hold or
+# fall with the change (a case closing with its primary task) act here; an exception rolls back.
+issue_updated_atomic = Signal()  # issue, actor, changes
 issue_checked_out = Signal()  # issue, actor, run_id
 comment_created = Signal()  # comment, actor
 run_finished = Signal()  # run
+sweep_ticked = Signal()  # now; sent synchronously by the periodic sweep; receivers return a report dict
 
 
 def announce(signal: Signal, **kwargs):

@@ -122,20 +122,22 @@ def test_bad_input_names_the_fields(board_client, cases_company):
 def test_update_changes_facts_and_records_events(board_client, cases_company):
     case = create(board_client, cases_company)
     response = board_client.patch(f"/api/cases/{case['id']}", {
-        "title": "Renamed", "summary": "Short", "status": "in_progress", "fields": {"a": [1, 2]},
-        "phase": "drafting"}, format="json")
+        "title": "Renamed", "summary": "Short", "fields": {"a": [1, 2]}}, format="json")
     assert response.status_code == 200, response.content
     data = response.json()
-    assert (data["title"], data["summary"], data["status"], data["fields"], data["phase"]) == (
-        "Renamed", "Short", "in_progress", {"a": [1, 2]}, "drafting")
+    assert (data["title"], data["summary"], data["status"], data["fields"]) == (
+        "Renamed", "Short", "draft", {"a": [1, 2]})
     events = CaseEvent.objects.filter(case_id=case["id"])
-    assert events.filter(kind="status_changed", details__to="in_progress").exists()
-    assert events.filter(kind="updated").exists()
+    assert events.filter(kind="updated", details__changes=["fields", "summary", "title"]).exists()
+    # Status and phase move through handoffs and task completion, never through PATCH.
+    for name, value in (("status", "in_progress"), ("phase", "drafting")):
+        refused = board_client.patch(f"/api/cases/{case['id']}", {name: value}, format="json")
+        assert refused.status_code == 400 and name in refused.json()["error"]["details"]
 
 
 def test_viewer_cannot_mutate(cases_company, board_client):
     case = create(board_client, cases_company)
-    definition = board_client.post(f"/api/companies/{cases_company.pk}/workflow-definitions",
+    definition = board_client.post(f"/api/companies/{cases_company.pk}/workflows",
                                    {"name": "Review", "prompt": "p"}, format="json").json()
     viewer = MembershipFactory(company=cases_company, role="viewer").user
     client = APIClient()
@@ -144,8 +146,8 @@ def test_viewer_cannot_mutate(cases_company, board_client):
     for method, path, data in [
         ("post", cases_url(cases_company), body()),
         ("patch", f"/api/cases/{case['id']}", {"title": "x"}),
-        ("post", f"/api/companies/{cases_company.pk}/workflow-definitions", {"name": "n", "prompt": "p"}),
-        ("patch", f"/api/workflow-definitions/{definition['id']}", {"prompt": "x"}),
+        ("post", f"/api/companies/{cases_company.pk}/workflows", {"name": "n", "prompt": "p"}),
+        ("patch", f"/api/workflows/{definition['id']}", {"prompt": "x"}),
     ]:
         response = getattr(client, method)(path, data, format="json")
         assert response.status_code == 403 and response.json()["error"]["code"] == "read_only_role", path
@@ -160,7 +162,7 @@ def test_viewer_cannot_mutate(cases_company, board_client):
 
 def test_flag_off_every_case_route_is_404(board_client, cases_company):
     case = create(board_client, cases_company)
-    definition = board_client.post(f"/api/companies/{cases_company.pk}/workflow-definitions",
+    definition = board_client.post(f"/api/companies/{cases_company.pk}/workflows",
                                    {"name": "Review", "prompt": "p"}, format="json").json()
     cases_company.enable_cases = False
     cases_company.save()
@@ -171,10 +173,10 @@ def test_flag_off_every_case_route_is_404(board_client, cases_company):
         ("get", f"/api/cases/{case['id']}", None),
         ("get", f"/api/cases/{case['identifier']}", None),
         ("patch", f"/api/cases/{case['id']}", {"title": "x"}),
-        ("get", f"/api/companies/{cases_company.pk}/workflow-definitions", None),
-        ("post", f"/api/companies/{cases_company.pk}/workflow-definitions", {"name": "n", "prompt": "p"}),
-        ("get", f"/api/workflow-definitions/{definition['id']}", None),
-        ("patch", f"/api/workflow-definitions/{definition['id']}", {"prompt": "x"}),
+        ("get", f"/api/companies/{cases_company.pk}/workflows", None),
+        ("post", f"/api/companies/{cases_company.pk}/workflows", {"name": "n", "prompt": "p"}),
+        ("get", f"/api/workflows/{definition['id']}", None),
+        ("patch", f"/api/workflows/{definition['id']}", {"prompt": "x"}),
     ]:
         call = getattr(board_client, method)
         response = call(path) if data is None else call(path, data, format="json")
@@ -318,7 +320,7 @@ def test_types_lists_distinct_types(board_client, cases_company, browse_set):
 
 
 def test_workflow_definition_crud_and_fingerprint(board_client, cases_company):
-    url = f"/api/companies/{cases_company.pk}/workflow-definitions"
+    url = f"/api/companies/{cases_company.pk}/workflows"
     response = board_client.post(url, {"name": "Contract review", "prompt": "# Review\nStep 1"}, format="json")
     assert response.status_code == 201, response.content
     data = response.json()
@@ -328,7 +330,7 @@ def test_workflow_definition_crud_and_fingerprint(board_client, cases_company):
     assert padded["fingerprint"] == hashlib.sha256(b"\n  body  \n").hexdigest()
     assert data["description"] == ""
     assert [d["name"] for d in board_client.get(url).json()] == ["Contract review", "Padded"]
-    detail = f"/api/workflow-definitions/{data['id']}"
+    detail = f"/api/workflows/{data['id']}"
     assert board_client.get(detail).json() == data
 
     renamed = board_client.patch(detail, {"name": "Contract review v2", "description": "d"}, format="json").json()
@@ -346,15 +348,15 @@ def test_workflow_definition_crud_and_fingerprint(board_client, cases_company):
 def test_workflow_definition_name_is_unique_per_company(board_client, cases_company):
     from tests.factories import CompanyFactory
 
-    url = f"/api/companies/{cases_company.pk}/workflow-definitions"
+    url = f"/api/companies/{cases_company.pk}/workflows"
     first = board_client.post(url, {"name": "Review", "prompt": "p"}, format="json").json()
     dup = board_client.post(url, {"name": "review", "prompt": "q"}, format="json")
     assert dup.status_code == 409 and "name" in dup.json()["error"]["details"]
     second = board_client.post(url, {"name": "Intake", "prompt": "q"}, format="json").json()
-    clash = board_client.patch(f"/api/workflow-definitions/{second['id']}", {"name": "REVIEW"}, format="json")
+    clash = board_client.patch(f"/api/workflows/{second['id']}", {"name": "REVIEW"}, format="json")
     assert clash.status_code == 409 and clash.json()["error"]["code"] == "workflow_name_taken"
     assert WorkflowDefinition.objects.get(pk=second["id"]).name == "Intake"
-    assert board_client.patch(f"/api/workflow-definitions/{first['id']}", {"name": "Review"},
+    assert board_client.patch(f"/api/workflows/{first['id']}", {"name": "Review"},
                               format="json").status_code == 200
     # Another company may use the same name.
     other = CompanyFactory(enable_cases=True)
@@ -365,7 +367,7 @@ def test_workflow_definition_name_is_unique_per_company(board_client, cases_comp
 
 
 def test_workflow_definition_bad_input(board_client, cases_company):
-    url = f"/api/companies/{cases_company.pk}/workflow-definitions"
+    url = f"/api/companies/{cases_company.pk}/workflows"
     response = board_client.post(url, {"name": "", "extra": 1}, format="json")
     assert response.status_code == 400 and "extra" in response.json()["error"]["details"]
     response = board_client.post(url, {"name": ""}, format="json")
@@ -376,7 +378,7 @@ def test_workflow_definition_bad_input(board_client, cases_company):
 
 
 def test_case_created_with_a_workflow_definition(board_client, cases_company):
-    definition = board_client.post(f"/api/companies/{cases_company.pk}/workflow-definitions",
+    definition = board_client.post(f"/api/companies/{cases_company.pk}/workflows",
                                    {"name": "Review", "prompt": "p"}, format="json").json()
     data = create(board_client, cases_company, workflowDefinitionId=definition["id"], phase="intake")
     assert data["currentWorkflow"] == {"id": definition["id"], "name": "Review",

@@ -98,6 +98,13 @@ class WorkflowDefinitionSerializer(serializers.Serializer):
 
 
 # --- input --------------------------------------------------------------------------------
+class InitialDocumentSerializer(StrictSerializer):
+    key = serializers.CharField(max_length=64)
+    body = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    title = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    format = serializers.CharField(required=False, allow_blank=True, default="")
+
+
 class CaseCreateSerializer(StrictSerializer):
     type = serializers.CharField(max_length=100)
     title = serializers.CharField(max_length=500)
@@ -114,14 +121,18 @@ class CaseCreateSerializer(StrictSerializer):
     workflowDefinitionId = IdField(required=False, allow_null=True)
     phase = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     idempotencyKey = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    initialDocuments = InitialDocumentSerializer(
+        many=True, required=False, default=list,
+        help_text="Ordinary task documents written before dispatch; they share a byte budget with the "
+                  "workflow text and cannot use the key 'workflow'.")
 
 
 class CasePatchSerializer(StrictSerializer):
+    """Facts only: status, phase, routing and permissions change through handoffs and task completion."""
+
     title = serializers.CharField(max_length=500, required=False)
     summary = serializers.CharField(required=False, allow_blank=True)
-    status = CaseStatusField(required=False)
     fields = JSONObjectField(required=False)
-    phase = serializers.CharField(required=False, allow_blank=True, max_length=200)
 
 
 class WorkflowDefinitionCreateSerializer(StrictSerializer):

@@ -1,6 +1,6 @@
 """Case and workflow-definition API. Thin: parse, call a selector or service, serialize.
 Every route answers 404 when the company's ``enable_cases`` flag is off."""
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -11,9 +11,11 @@ from issues.filtersets import openapi_parameters
 
 from .. import selectors, services
 from ..filtersets import CaseFilterSet, WorkflowDefinitionFilterSet
+from . import read_serializers as rs
+from . import read_views
 from . import serializers as s
 
-CASE_PATCH_FIELDS = {"title": "title", "summary": "summary", "status": "status", "fields": "fields", "phase": "phase"}
+CASE_PATCH_FIELDS = {"title": "title", "summary": "summary", "fields": "fields"}
 
 
 class CompanyCasesView(APIView):
@@ -41,7 +43,7 @@ class CompanyCasesView(APIView):
             workflow_document_text=data["workflowDocumentText"], summary=data["summary"], status=data["status"],
             fields=data["fields"], parent_id=data.get("parentCaseId"), project_id=data.get("projectId"),
             workflow_definition_id=data.get("workflowDefinitionId"), phase=data["phase"],
-            idempotency_key=data["idempotencyKey"],
+            idempotency_key=data["idempotencyKey"], initial_documents=data["initialDocuments"],
         )
         case = selectors.case_get(actor=actor, pk=case.pk)
         return Response(s.CaseSerializer(case).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -55,10 +57,19 @@ class CompanyCaseTypesView(APIView):
 
 
 class CaseDetailView(APIView):
-    @extend_schema(responses={200: s.CaseDetailSerializer, **ERRORS}, operation_id="cases_retrieve",
+    @extend_schema(responses={200: PolymorphicProxySerializer(
+                       component_name="CaseRetrieveResponse", resource_type_field_name=None,
+                       serializers=[s.CaseDetailSerializer, rs.CaseAgentReadSerializer]), **ERRORS},
+                   operation_id="cases_retrieve",
+                   description="The case detail; with agentRead=true the bounded agent read (CaseAgentRead): small "
+                               "cases structured, large cases, section=fields and section=document as exact UTF-8 "
+                               "text pages bound to a snapshot (409 read_snapshot_stale after a change).",
                    parameters=[OpenApiParameter("case_id", str, OpenApiParameter.PATH,
-                                                description="UUID or identifier (PREFIX-C<n>).")])
+                                                description="UUID or identifier (PREFIX-C<n>)."),
+                               rs.CaseReadQuerySerializer])
     def get(self, request, case_id):
+        if read_views.is_agent_read(request):
+            return read_views.case_agent_read(request, case_id)
         case = selectors.case_detail(actor=actor_from_request(request), pk=case_id)
         return Response(s.CaseDetailSerializer(case).data)
 
@@ -75,7 +86,7 @@ class CaseDetailView(APIView):
 class CompanyWorkflowDefinitionsView(APIView):
     @extend_schema(parameters=[*openapi_parameters(WorkflowDefinitionFilterSet), *LIST_PARAMS],
                    responses={200: s.WorkflowDefinitionSerializer(many=True), **ERRORS},
-                   operation_id="company_workflow_definitions_list")
+                   operation_id="company_workflows_list")
     def get(self, request, company_id):
         company = selectors.cases_company(actor=actor_from_request(request), company_id=company_id)
         definitions = selectors.workflow_definition_list(company=company, params=request.query_params)
@@ -83,7 +94,7 @@ class CompanyWorkflowDefinitionsView(APIView):
 
     @extend_schema(request=s.WorkflowDefinitionCreateSerializer, parameters=[RUN_HEADER_PARAM],
                    responses={201: s.WorkflowDefinitionSerializer, **ERRORS},
-                   operation_id="company_workflow_definitions_create")
+                   operation_id="company_workflows_create")
     def post(self, request, company_id):
         actor = actor_from_request(request)
         company = selectors.cases_company(actor=actor, company_id=company_id)
@@ -94,15 +105,22 @@ class CompanyWorkflowDefinitionsView(APIView):
 
 
 class WorkflowDefinitionDetailView(APIView):
-    @extend_schema(responses={200: s.WorkflowDefinitionSerializer, **ERRORS},
-                   operation_id="workflow_definitions_retrieve")
+    @extend_schema(responses={200: PolymorphicProxySerializer(
+                       component_name="WorkflowRetrieveResponse", resource_type_field_name=None,
+                       serializers=[s.WorkflowDefinitionSerializer, rs.WorkflowPromptPageSerializer]), **ERRORS},
+                   parameters=[rs.WorkflowPromptQuerySerializer], operation_id="workflows_retrieve",
+                   description="The definition; with offsetBytes/limitBytes/fingerprint one page of the prompt "
+                               "(WorkflowPromptPage) pinned to its fingerprint (409 read_snapshot_stale after any "
+                               "edit).")
     def get(self, request, definition_id):
+        if read_views.is_prompt_page(request):
+            return read_views.workflow_prompt_page(request, definition_id)
         definition = selectors.workflow_definition_get(actor=actor_from_request(request), pk=definition_id)
         return Response(s.WorkflowDefinitionSerializer(definition).data)
 
     @extend_schema(request=s.WorkflowDefinitionPatchSerializer, parameters=[RUN_HEADER_PARAM],
                    responses={200: s.WorkflowDefinitionSerializer, **ERRORS},
-                   operation_id="workflow_definitions_update")
+                   operation_id="workflows_update")
     def patch(self, request, definition_id):
         actor = actor_from_request(request)
         definition = selectors.workflow_definition_get(actor=actor, pk=definition_id)

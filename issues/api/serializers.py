@@ -288,7 +288,7 @@ class CommentCreateSerializer(StrictSerializer):
 
 
 class DocumentWriteSerializer(StrictSerializer):
-    body = serializers.CharField(allow_blank=True)
+    body = serializers.CharField(allow_blank=True, trim_whitespace=False)  # stored verbatim
     title = serializers.CharField(required=False, allow_blank=True, max_length=300)
     format = serializers.CharField(required=False)
     baseRevisionId = IdField(required=False, allow_null=True)

@@ -277,6 +277,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
                 details["parentAdjusted"] = adjustment.as_dict()
             activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
                             entity_id=issue.pk, details=details)
+            events.issue_updated_atomic.send(sender=None, issue=issue, actor=actor, changes=diff)
             events.announce(events.issue_updated, issue=issue, actor=actor, changes=diff)
             if reassigned and issue.assignee_agent_id is not None:
                 wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason="assigned")

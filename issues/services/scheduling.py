@@ -5,6 +5,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from issues import events
+
 from issues.actors import SYSTEM
 from issues.choices import AgentStatus, WakeSource
 from issues.models import Agent, WakeupRequest
@@ -44,10 +46,15 @@ def sweep(*, owner: str, now=None) -> dict:
     from issues.workspaces.service import workspace_retention_sweep
 
     now = now or timezone.now()
-    return {
+    report = {
         "budgetResets": budgets_roll_month(now=now),
         "staleRuns": len(runs_reap_stale(now=now, owner=owner)),
         "dueRetries": runs_promote_due_retries(now=now),
         "timerWakes": timer_heartbeats(now=now),
         "workspaces": workspace_retention_sweep(now=now),
     }
+    # Other apps' periodic work rides on the same tick (embedded worker and Celery beat alike).
+    for _receiver, result in events.sweep_ticked.send(sender=None, now=now):
+        if isinstance(result, dict):
+            report.update(result)
+    return report
