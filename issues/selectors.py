@@ -189,3 +189,69 @@ def host_health() -> dict:
                  "running": by_status.get("running", 0)},
         "workspaces": workspace_health(),
     }
+
+
+# --- console reads (operator web console) ------------------------------------------------------------
+
+
+def company_dashboard(*, company) -> dict:
+    """Agents with live-run counts, open issues by status, live runs and pending interactions.
+    A fixed number of queries whatever the company's size."""
+    from django.db.models import Count
+
+    from issues.choices import LIVE_RUN_STATUSES, TERMINAL_ISSUE_STATUSES, IssueStatus
+    from issues.models import ActivityLog, Agent, Interaction
+
+    agents = list(Agent.objects.filter(company=company).annotate(
+        live_runs=Count("runs", filter=Q(runs__status__in=LIVE_RUN_STATUSES))).order_by("name"))
+    counts = dict(Issue.objects.filter(company=company).exclude(status__in=TERMINAL_ISSUE_STATUSES)
+                  .values("status").annotate(n=Count("id")).values_list("status", "n"))
+    by_status = [(value, label, counts.get(value, 0)) for value, label in IssueStatus.choices
+                 if value not in TERMINAL_ISSUE_STATUSES]
+    live_runs = list(HeartbeatRun.objects.filter(company=company, status__in=LIVE_RUN_STATUSES)
+                     .select_related("agent", "issue").order_by("-created_at")[:50])
+    pending = Interaction.objects.filter(company=company, status="pending").count()
+    activity = list(ActivityLog.objects.filter(company=company).select_related("actor_agent", "actor_user")[:15])
+    return {"agents": agents, "issues_by_status": by_status, "open_issues": sum(counts.values()),
+            "live_runs": live_runs, "pending_interactions": pending, "recent_activity": activity}
+
+
+def agent_console_list(*, company):
+    """The company's agents with live-run counts and their manager (one query)."""
+    from django.db.models import Count
+
+    from issues.choices import LIVE_RUN_STATUSES
+    from issues.models import Agent
+
+    return (Agent.objects.filter(company=company).select_related("reports_to")
+            .annotate(live_runs=Count("runs", filter=Q(runs__status__in=LIVE_RUN_STATUSES)))
+            .order_by("name"))
+
+
+def issue_thread(*, issue: Issue) -> dict:
+    """Everything the issue page shows below the header, each list one query."""
+    from issues.models import Interaction, WorkProduct
+
+    return {
+        "comments": list(Comment.objects.filter(issue=issue).select_related("author_agent", "author_user")
+                         .order_by("created_at", "id")),
+        "documents": list(Document.objects.filter(issue=issue).select_related(
+            "latest_revision", "latest_revision__author_agent", "latest_revision__author_user").order_by("key")),
+        "interactions": list(Interaction.objects.filter(issue=issue).select_related(
+            "document_revision__document", "created_by_agent", "created_by_user", "responded_by")
+            .order_by("-created_at")),
+        "runs": list(HeartbeatRun.objects.filter(issue=issue).select_related("agent").order_by("-created_at")[:20]),
+        "work_products": list(WorkProduct.objects.filter(issue=issue).order_by("created_at")),
+    }
+
+
+def document_revisions(*, document: Document):
+    return document.revisions.select_related("author_agent", "author_user").order_by("-number")
+
+
+def run_log_tail(*, run: HeartbeatRun, after: int | None = None, tail: int = 200) -> list[RunEvent]:
+    """The last ``tail`` events of a run, or every event after ``after`` (oldest first)."""
+    qs = RunEvent.objects.filter(run=run)
+    if after is not None:
+        return list(qs.filter(seq__gt=after).order_by("seq")[:1000])
+    return list(reversed(qs.order_by("-seq")[:tail]))

@@ -9,6 +9,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from . import views
+from .console import urls as console_urls
 
 # Not a module-level ``app_name``: that would namespace the auth routes too.
 CONSOLE_NAMESPACE = "console"
@@ -17,6 +18,7 @@ console_patterns = [
     path("", views.home, name="home"),
     path("issues/", views.issue_list, name="issue-list"),
     path("company/switch/", views.switch_company, name="switch-company"),
+    *console_urls.urlpatterns,  # dashboard, board, issue pages, runs, agents (issues/console/)
 ]
 
 urlpatterns = [

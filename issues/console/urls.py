@@ -1,0 +1,25 @@
+"""Console routes of the issues app, added to the ``console`` namespace by ``issues/urls.py``."""
+from django.urls import path
+
+from . import agents, dashboard, issues, runs
+
+urlpatterns = [
+    path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("issues/board/", issues.issue_board, name="issue-board"),
+    path("issues/<str:ref>/", issues.issue_detail, name="issue-detail"),
+    path("issues/<str:ref>/change/", issues.issue_change, name="issue-change"),
+    path("issues/<str:ref>/comments/", issues.comment_add, name="issue-comment"),
+    path("issues/<str:ref>/documents/<str:key>/", issues.document_detail, name="issue-document"),
+    path("interactions/<uuid:interaction_id>/respond/", issues.interaction_answer, name="interaction-respond"),
+    path("runs/", runs.run_list, name="run-list"),
+    path("runs/<uuid:run_id>/", runs.run_detail, name="run-detail"),
+    path("runs/<uuid:run_id>/log/", runs.run_log, name="run-log"),
+    path("agents/", agents.agent_list, name="agent-list"),
+    path("agents/new/", agents.agent_new, name="agent-create"),
+    path("agents/<uuid:agent_id>/", agents.agent_detail, name="agent-detail"),
+    path("agents/<uuid:agent_id>/pause/", agents.agent_pause_view, name="agent-pause"),
+    path("agents/<uuid:agent_id>/resume/", agents.agent_resume_view, name="agent-resume"),
+    path("agents/<uuid:agent_id>/keys/", agents.agent_key_new, name="agent-key-create"),
+    path("agents/<uuid:agent_id>/keys/<uuid:key_id>/revoke/", agents.agent_key_revoke, name="agent-key-revoke"),
+    path("agents/<uuid:agent_id>/adapter/", agents.agent_adapter, name="agent-adapter"),
+]
