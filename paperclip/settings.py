@@ -172,6 +172,9 @@ PAPERCLIP = {
     "MAX_AGENT_TASK_DEPTH": 2,
     "API_LIST_DEFAULT_LIMIT": env.int("PAPERCLIP_API_LIST_DEFAULT_LIMIT", default=500),
     "API_LIST_MAX_LIMIT": 1000,
+    # Bounded paged reads (agent case reads, workflow prompt pages): UTF-8 bytes per page.
+    "CASE_READ_DEFAULT_BYTES": env.int("PAPERCLIP_CASE_READ_DEFAULT_BYTES", default=64 * 1024),
+    "CASE_READ_MAX_BYTES": env.int("PAPERCLIP_CASE_READ_MAX_BYTES", default=256 * 1024),
     # Where agent processes call back (PAPERCLIP_API_URL in their environment).
     "API_URL": env("PAPERCLIP_API_URL", default="http://127.0.0.1:8000/api"),
     # With a broker, commits kick the dispatcher through Celery; without one the in-process
@@ -189,6 +192,8 @@ PAPERCLIP = {
     "WORKSPACE_ROOT": env("PAPERCLIP_WORKSPACE_ROOT", default=str(VAR_DIR / "workspaces")),
     "WORKSPACE_RETENTION_SECONDS": env.int("PAPERCLIP_WORKSPACE_RETENTION_SECONDS", default=24 * 3600),
     "WORKSPACE_DISK_CAP_BYTES": env.int("PAPERCLIP_WORKSPACE_DISK_CAP_BYTES", default=20 * 1024**3),
+    # Cases: the workflow text and initialDocuments of a new case share one byte budget.
+    "CASE_SEED_BUDGET_BYTES": env.int("PAPERCLIP_CASE_SEED_BUDGET_BYTES", default=1024 * 1024),
 }
 
 LOGGING = {
@@ -196,4 +201,24 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="WARNING")},
+}
+
+# Connector engine (External Task Protocol layers 1-2).
+CONNECTORS = {
+    "WEBHOOK_MAX_BODY_BYTES": env.int("PAPERCLIP_CONNECTOR_WEBHOOK_MAX_BYTES", default=5 * 1024 * 1024),
+    # A Fernet key for stored connector secrets; without one it is derived from SECRET_KEY.
+    "SECRETS_KEY": env("PAPERCLIP_SECRETS_KEY", default=""),
+    "MAX_ATTEMPTS": 5,  # an event failing this often is parked
+    "RETRY_BASE_SECONDS": env.float("PAPERCLIP_CONNECTOR_RETRY_BASE_SECONDS", default=5.0),
+    "RETRY_MAX_SECONDS": 600.0,
+    # A pending event older than this was not kicked (or its worker died): the sweep applies it.
+    "STALE_PENDING_SECONDS": env.int("PAPERCLIP_CONNECTOR_STALE_PENDING_SECONDS", default=60),
+    "SWEEP_BATCH": 500,
+    "POLL_MAX_PAGES": 20,
+    "STATE_BATCH": 100,  # external ids per batched state call during reconciliation
+    "PUBLIC_BASE_URL": env("PAPERCLIP_PUBLIC_URL", default="http://127.0.0.1:8000"),
+    "EVENT_RETENTION_DAYS": env.int("PAPERCLIP_CONNECTOR_EVENT_RETENTION_DAYS", default=30),
+}
+CELERY_BEAT_SCHEDULE["connectors-sweep"] = {
+    "task": "connectors.tasks.sweep", "schedule": env.float("PAPERCLIP_CONNECTOR_SWEEP_SECONDS", default=30.0),
 }

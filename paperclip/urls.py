@@ -8,7 +8,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("api/", include("cases.api.urls")),
+    path("api/", include("connectors.api.urls")),
     path("api/", include("issues.api.urls")),
+    path("", include("cases.console_urls")),
     path("", include("issues.urls")),
 ]
 

@@ -25,7 +25,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cases.models import Case as CaseRecord
-from cases.models import CaseEvent, CaseIssueLink, WorkflowDefinition
+from cases.handoffs import handoff_request
+from cases.models import CaseEvent, CaseHandoff, CaseIssueLink, WorkflowDefinition
 from cases.services import case_create, workflow_definition_create
 from issues.actors import SYSTEM
 from issues.choices import InteractionKind
@@ -85,9 +86,15 @@ def build_company(prefix):
                                           prompt=f"{prefix} review procedure")
     case, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=f"{prefix} case",
                           kickoff=f"{prefix} kickoff", workflow_document_text=f"{prefix} workflow", project_id=project.pk)
+    case2, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=f"{prefix} closing case",
+                           kickoff="k", workflow_document_text="w")
+    # Both primary tasks are the agent's own work, so the agent may hand them off and cancel intents.
+    Issue.objects.filter(pk__in=[case.primary_task_id, case2.primary_task_id]).update(assignee_agent=agent)
+    handoff, _ = handoff_request(actor=SYSTEM, company=company, case=case2, to="done")  # an open closure intent
     return SimpleNamespace(company=company, agent=agent, raw_key=raw_key, run=run, project=project, goal=goal,
                            issue=issue, issue2=issue2, wip=wip, revision=revision, comment=comment,
-                           interaction=interaction, approval=approval, case=case, workflow=workflow)
+                           interaction=interaction, approval=approval, case=case, case2=case2, workflow=workflow,
+                           handoff=handoff)
 
 
 def ghost_of(world):
@@ -97,7 +104,7 @@ def ghost_of(world):
 
     return SimpleNamespace(company=new(), agent=new(), run=new(), project=new(), goal=new(), issue=new(),
                            issue2=new(), wip=new(), revision=new(), comment=new(), interaction=new(),
-                           approval=new(), case=new(), workflow=new())
+                           approval=new(), case=new(), case2=new(), workflow=new(), handoff=new())
 
 
 def fast_user(username):
@@ -127,7 +134,7 @@ def client_for(world, who):
 
 SNAPSHOT_MODELS = (Company, Agent, Membership, Project, Goal, Issue, IssueRelation, Comment, Document,
                    DocumentRevision, Interaction, Approval, ApprovalIssue, ActivityLog, HeartbeatRun, WakeupRequest,
-                   CaseRecord, CaseIssueLink, CaseEvent, WorkflowDefinition)
+                   CaseRecord, CaseIssueLink, CaseEvent, WorkflowDefinition, CaseHandoff)
 
 
 def db_snapshot():
@@ -170,6 +177,20 @@ class Case:
     build: object  # (own world, target world) -> (path, body or None)
     # The control (target = A) is a success for both actors unless listed here.
     control_status: tuple = ()
+
+
+def case_task(world):
+    """The primary task of the world's case (a ghost has none: its unknown issue)."""
+    return world.case.primary_task if isinstance(world.case, CaseRecord) else world.issue
+
+
+def linked_issue(world):
+    """``issue2`` with a work link on the world's case (made on demand; ghosts get none), so a
+    DELETE of the link is sharp for the control."""
+    if isinstance(world.case, CaseRecord):
+        CaseIssueLink.objects.get_or_create(company=world.company, case=world.case, issue=world.issue2,
+                                            defaults={"role": "work"})
+    return world.issue2
 
 
 def ref(obj, by):
@@ -305,15 +326,63 @@ CASES = [
     Case("case-get[uuid]", "case-detail", "GET", lambda o, t: (f"/api/cases/{s(t.case)}", None)),
     Case("case-get[identifier]", "case-detail", "GET", lambda o, t: (f"/api/cases/{t.case.identifier}", None)),
     Case("case-patch", "case-detail", "PATCH",
-         lambda o, t: (f"/api/cases/{s(t.case)}", {"title": "hijacked", "status": "done"})),
-    Case("company-workflow-definitions-list", "company-workflow-definitions", "GET",
-         lambda o, t: (f"/api/companies/{s(t.company)}/workflow-definitions", None)),
-    Case("company-workflow-definitions-create", "company-workflow-definitions", "POST",
-         lambda o, t: (f"/api/companies/{s(t.company)}/workflow-definitions", {"name": "planted", "prompt": "p"})),
-    Case("workflow-definition-get", "workflow-definition-detail", "GET",
-         lambda o, t: (f"/api/workflow-definitions/{s(t.workflow)}", None)),
-    Case("workflow-definition-patch", "workflow-definition-detail", "PATCH",
-         lambda o, t: (f"/api/workflow-definitions/{s(t.workflow)}", {"prompt": "hijacked"})),
+         lambda o, t: (f"/api/cases/{s(t.case)}", {"title": "hijacked", "fields": {"x": 1}})),
+    Case("company-workflows-list", "company-workflows", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/workflows", None)),
+    Case("company-workflows-create", "company-workflows", "POST",
+         lambda o, t: (f"/api/companies/{s(t.company)}/workflows", {"name": "planted", "prompt": "p"})),
+    Case("workflow-get", "workflow-detail", "GET",
+         lambda o, t: (f"/api/workflows/{s(t.workflow)}", None)),
+    Case("workflow-patch", "workflow-detail", "PATCH",
+         lambda o, t: (f"/api/workflows/{s(t.workflow)}", {"prompt": "hijacked"})),
+    # bounded paged reads, history and task links (cases/api/read_urls.py)
+    Case("case-agent-read", "case-detail", "GET", lambda o, t: (f"/api/cases/{s(t.case)}?agentRead=true", None)),
+    Case("case-agent-read-fields", "case-detail", "GET",
+         lambda o, t: (f"/api/cases/{s(t.case)}?agentRead=true&section=fields&limitBytes=8", None)),
+    Case("case-agent-read-document", "case-detail", "GET",
+         lambda o, t: (f"/api/cases/{s(t.case)}?agentRead=true&section=document&documentKey=workflow", None)),
+    Case("case-agent-read-documentIssueId", "case-detail", "GET",
+         lambda o, t: (f"/api/cases/{s(o.case)}?agentRead=true&section=document&documentKey=workflow"
+                       f"&documentIssueId={s(case_task(t))}", None)),
+    Case("workflow-prompt-page", "workflow-detail", "GET",
+         lambda o, t: (f"/api/workflows/{s(t.workflow)}?offsetBytes=0&limitBytes=8", None)),
+    Case("case-events", "case-events", "GET", lambda o, t: (f"/api/cases/{s(t.case)}/events", None)),
+    Case("case-document-revisions", "case-document-revisions", "GET",
+         lambda o, t: (f"/api/cases/{s(t.case)}/documents/workflow/revisions", None)),
+    Case("case-links-create", "case-links", "POST",
+         lambda o, t: (f"/api/cases/{s(t.case)}/links", {"issueId": s(t.issue2), "role": "work"})),
+    Case("case-links-create-issueId", "case-links", "POST",
+         lambda o, t: (f"/api/cases/{s(o.case)}/links", {"issueId": s(t.issue2), "role": "reference"})),
+    Case("case-link-delete", "case-link-detail", "DELETE",
+         lambda o, t: (f"/api/cases/{s(t.case)}/links/{s(linked_issue(t))}", None)),
+    Case("case-link-delete-issueId", "case-link-detail", "DELETE",
+         lambda o, t: (f"/api/cases/{s(o.case)}/links/{s(linked_issue(t))}", None)),
+    Case("issue-cases[uuid]", "issue-cases", "GET", lambda o, t: (f"/api/issues/{s(case_task(t))}/cases", None)),
+    Case("issue-cases[identifier]", "issue-cases", "GET",
+         lambda o, t: (f"/api/issues/{case_task(t).identifier}/cases", None)),
+    # handoffs
+    Case("handoff-kickoff", "company-case-handoffs", "POST",
+         lambda o, t: (f"/api/companies/{s(t.company)}/case-handoffs",
+                       {"to": s(t.agent), "type": "review", "title": "planted", "kickoff": "k",
+                        "workflowDocumentText": "w"})),
+    Case("handoff-kickoff-to", "company-case-handoffs", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/case-handoffs",
+                       {"to": s(t.agent), "type": "review", "title": "x", "kickoff": "k", "workflowDocumentText": "w"})),
+    Case("handoff-kickoff-workflowId", "company-case-handoffs", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/case-handoffs",
+                       {"to": s(o.agent), "type": "review", "title": "x", "kickoff": "k", "workflowId": s(t.workflow)})),
+    Case("handoff-caseId", "company-case-handoffs", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/case-handoffs",
+                       {"caseId": s(t.case), "to": s(o.agent), "idempotencyKey": "x"})),
+    Case("case-handoffs-list", "case-handoffs", "GET", lambda o, t: (f"/api/cases/{s(t.case)}/handoffs", None)),
+    Case("case-handoff-retry", "case-handoff-retry", "POST",
+         lambda o, t: (f"/api/cases/{s(t.case2)}/handoffs/{s(t.handoff)}/retry", None)),
+    Case("case-handoff-retry[foreign handoff]", "case-handoff-retry", "POST",
+         lambda o, t: (f"/api/cases/{s(o.case2)}/handoffs/{s(t.handoff)}/retry", None)),
+    Case("case-handoff-cancel", "case-handoff-cancel", "POST",
+         lambda o, t: (f"/api/cases/{s(t.case2)}/handoffs/{s(t.handoff)}/cancel", None)),
+    Case("case-handoff-cancel[foreign handoff]", "case-handoff-cancel", "POST",
+         lambda o, t: (f"/api/cases/{s(o.case2)}/handoffs/{s(t.handoff)}/cancel", None)),
 ]
 
 # Routes with no id to swap: each has its own test below proving it only shows the caller's company.
@@ -342,7 +411,8 @@ def api_routes():
 
 
 def test_every_api_route_and_method_has_a_cross_company_case():
-    routes = {r for r in api_routes() if r[0] not in NOT_COMPANY_SCOPED}
+    # Connector routes have their own guard and cases in tests/test_connectors_cross_company.py.
+    routes = {r for r in api_routes() if r[0] not in NOT_COMPANY_SCOPED and not (r[0] or "").startswith("connector")}
     covered = {(c.route, c.method) for c in CASES} | NO_ID_ROUTES
     missing = routes - covered
     assert not missing, f"API routes without a cross-company case: {sorted(missing)}"

@@ -1,0 +1,131 @@
+"""Django admin for connectors. Instances and rules are configuration; events, transitions, errors,
+conflicts and interventions are audit (read-only). Secrets show no plaintext, ever."""
+from django.contrib import admin
+
+from .models import (
+    Conflict,
+    ConnectorInstance,
+    ConnectorSecret,
+    ExternalCommentLink,
+    InboundEvent,
+    Intervention,
+    LinkTransition,
+    OutboundEffect,
+    RoutingRule,
+    SyncCursor,
+    SyncError,
+    TaskLink,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class RoutingRuleInline(admin.TabularInline):
+    model = RoutingRule
+    extra = 0
+    raw_id_fields = ("target_agent",)
+
+
+@admin.register(ConnectorInstance)
+class ConnectorInstanceAdmin(admin.ModelAdmin):
+    list_display = ("name", "provider_key", "company", "status", "last_webhook_at", "last_poll_at",
+                    "last_reconcile_at", "webhook_rejected_count")
+    list_filter = ("provider_key", "status", "company")
+    search_fields = ("name", "provider_key")
+    raw_id_fields = ("company", "project", "goal", "triage_agent", "created_by_user")
+    readonly_fields = ("last_webhook_at", "last_poll_at", "last_reconcile_at", "webhook_verified",
+                       "webhook_rejected_count", "last_webhook_rejected_at", "last_webhook_rejected_reason",
+                       "created_at", "updated_at")
+    inlines = [RoutingRuleInline]
+
+
+@admin.register(ConnectorSecret)
+class ConnectorSecretAdmin(ReadOnlyAdmin):
+    list_display = ("id", "name", "company", "created_at")
+    list_filter = ("company",)
+    exclude = ("ciphertext",)
+
+
+class LinkTransitionInline(admin.TabularInline):
+    model = LinkTransition
+    extra = 0
+    can_delete = False
+    readonly_fields = ("from_status", "to_status", "cause", "idempotency_key", "at")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(TaskLink)
+class TaskLinkAdmin(admin.ModelAdmin):
+    list_display = ("external_key", "external_task_id", "issue", "instance", "status", "sync_mode", "run_mode",
+                    "last_inbound_at", "last_reconcile_at")
+    list_filter = ("status", "sync_mode", "run_mode", "origin_side", "provider_key")
+    search_fields = ("external_key", "external_task_id", "external_title", "issue__identifier")
+    raw_id_fields = ("company", "instance", "issue", "project", "goal")
+    readonly_fields = ("base_snapshot", "handoff_history", "last_inbound_at", "last_outbound_at",
+                       "last_reconcile_at", "created_at", "updated_at")
+    inlines = [LinkTransitionInline]
+
+
+@admin.register(LinkTransition)
+class LinkTransitionAdmin(ReadOnlyAdmin):
+    list_display = ("link", "from_status", "to_status", "cause", "at")
+    list_filter = ("to_status",)
+
+
+@admin.register(InboundEvent)
+class InboundEventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "instance", "kind", "action", "external_task_id", "status", "attempts", "next_attempt_at",
+                    "received_at")
+    list_filter = ("status", "source", "kind", "error_category")
+    search_fields = ("idempotency_key", "external_task_id")
+    exclude = ("raw_body",)
+
+
+@admin.register(SyncCursor)
+class SyncCursorAdmin(ReadOnlyAdmin):
+    list_display = ("instance", "scope", "cursor", "updated_at")
+
+
+@admin.register(RoutingRule)
+class RoutingRuleAdmin(admin.ModelAdmin):
+    list_display = ("instance", "order", "kind", "match", "target_agent", "target_alias", "enabled")
+    list_filter = ("kind", "enabled")
+    raw_id_fields = ("instance", "target_agent")
+
+
+@admin.register(Conflict)
+class ConflictAdmin(ReadOnlyAdmin):
+    list_display = ("link", "kind", "field", "status", "detail", "detected_at")
+    list_filter = ("kind", "status")
+
+
+@admin.register(SyncError)
+class SyncErrorAdmin(ReadOnlyAdmin):
+    list_display = ("instance", "category", "message", "at")
+    list_filter = ("category",)
+    search_fields = ("message",)
+
+
+@admin.register(OutboundEffect)
+class OutboundEffectAdmin(ReadOnlyAdmin):
+    list_display = ("link", "kind", "source_id", "status", "attempts", "created_at")
+    list_filter = ("kind", "status")
+
+
+@admin.register(ExternalCommentLink)
+class ExternalCommentLinkAdmin(ReadOnlyAdmin):
+    list_display = ("external_comment_id", "link", "comment", "deleted", "created_at")
+
+
+@admin.register(Intervention)
+class InterventionAdmin(ReadOnlyAdmin):
+    list_display = ("action", "target_id", "instance", "actor_user", "idempotency_key", "at")
+    list_filter = ("action",)

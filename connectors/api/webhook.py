@@ -1,0 +1,63 @@
+"""``POST /api/connectors/{instanceId}/webhook``: a plain Django view (no session, no CSRF, no
+DRF) so intake stays fast. The provider signature is the only authentication."""
+import logging
+import uuid
+
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from paperclip.core.errors import error_body
+
+from ..models import ConnectorInstance
+from ..providers.base import WebhookRejected, WebhookUnparseable
+from ..secrets import SecretUnavailable
+from ..services.common import conf, sync_error_record
+from ..services.intake import webhook_intake, webhook_rejected
+
+log = logging.getLogger("connectors.webhook")
+
+
+def _error(status, code, message):
+    return JsonResponse(error_body(code, message), status=status)
+
+
+@csrf_exempt
+@require_POST
+def webhook(request, instance_id):
+    try:
+        pk = uuid.UUID(str(instance_id))
+    except ValueError:
+        return _error(404, "not_found", "Not found.")
+    instance = ConnectorInstance.objects.filter(pk=pk).first()
+    if instance is None:
+        return _error(404, "not_found", "Not found.")
+    limit = int(conf("WEBHOOK_MAX_BODY_BYTES"))
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        return _error(413, "payload_too_large", f"Webhook bodies are limited to {limit} bytes.")
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        return _error(413, "payload_too_large", f"Webhook bodies are limited to {limit} bytes.")
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    try:
+        result = webhook_intake(instance=instance, body=body, headers=headers, url=request.build_absolute_uri())
+    except WebhookRejected as exc:
+        webhook_rejected(instance.pk, str(exc))
+        code = exc.category if exc.category != "provider_payload" else "webhook_wrong_container"
+        return _error(401, code, "Webhook rejected: signature missing or invalid, or not for this connector.")
+    except WebhookUnparseable as exc:
+        return _error(400, "webhook_unparseable", str(exc) or "Unparseable webhook payload.")
+    except LookupError as exc:  # the instance's provider module is not installed
+        sync_error_record(instance=instance, category="config", message=f"Webhook refused: {exc}")
+        return _error(503, "provider_unavailable", "The connector's provider is not available.")
+    except SecretUnavailable as exc:
+        webhook_rejected(instance.pk, f"secret unavailable: {exc}")
+        sync_error_record(instance=instance, category="provider_auth", message=f"Webhook secret unavailable: {exc}")
+        return _error(503, "webhook_secret_unavailable", "The connector's webhook secret is not available.")
+    event = result.event
+    return JsonResponse({"eventId": event.pk, "idempotencyKey": event.idempotency_key, "status": event.status,
+                         "duplicate": not result.created}, status=202)

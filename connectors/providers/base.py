@@ -1,0 +1,287 @@
+"""The Task Source Adapter contract (External Task Protocol §4.1, §5).
+
+Every provider module implements :class:`TaskSourceAdapter` and returns the normalized
+:class:`ExternalTask`; the engine depends only on these shapes and never branches on a provider.
+Provider-only data rides in ``envelope`` (opaque to the host)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Mapping
+
+
+class StateCategory:
+    BACKLOG = "backlog"
+    ACTIVE = "active"
+    REVIEW = "review"
+    BLOCKED = "blocked"
+    TERMINAL = "terminal"
+    ALL = (BACKLOG, ACTIVE, REVIEW, BLOCKED, TERMINAL)
+
+
+class ErrorCategory:
+    """§5.4 error categories; stored on inbound events, sync errors and health."""
+
+    PROVIDER_AUTH = "provider_auth"
+    PROVIDER_RATE_LIMITED = "provider_rate_limited"
+    PROVIDER_REQUEST = "provider_request"
+    PROVIDER_STATUS = "provider_status"
+    PROVIDER_PAYLOAD = "provider_payload"
+    CURSOR_INVALID = "cursor_invalid"
+    WEBHOOK_SIGNATURE = "webhook_signature"
+    ALL = (PROVIDER_AUTH, PROVIDER_RATE_LIMITED, PROVIDER_REQUEST, PROVIDER_STATUS, PROVIDER_PAYLOAD,
+           CURSOR_INVALID, WEBHOOK_SIGNATURE)
+
+
+class ProviderError(Exception):
+    """An adapter failure with its §5.4 category. ``retry_after`` (seconds) when the provider said."""
+
+    def __init__(self, category: str, message: str, *, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.category = category
+        self.status = status
+        self.retry_after = retry_after
+
+
+def normalize_state_name(name: str | None) -> str:
+    """State names compare after trim + lowercase (§4.3)."""
+    return (name or "").strip().lower()
+
+
+def normalize_labels(labels) -> list[str]:
+    seen, out = set(), []
+    for label in labels or ():
+        value = (label or "").strip().lower()
+        if value and value not in seen:
+            seen.add(value)
+            out.append(value)
+    return out
+
+
+@dataclass(frozen=True)
+class ExternalActor:
+    """Provenance of inbound content (§4.1.6)."""
+
+    provider_key: str
+    external_user_id: str
+    display_name: str
+    is_connector_service_account: bool = False
+    mapped_user_id: str | None = None
+    mapped_agent_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ExternalState:
+    name: str  # provider state/lane name as the provider spells it
+    category: str  # StateCategory; decided by the instance's state mapping, not by code
+
+
+@dataclass(frozen=True)
+class ExternalTaskRef:
+    external_id: str
+    external_key: str | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class ExternalTask:
+    """§4.1.1. Timestamps are timezone-aware UTC datetimes."""
+
+    provider_key: str
+    external_id: str
+    external_key: str | None
+    title: str
+    description: str | None
+    state: ExternalState
+    priority: int | None = None  # 0-4, lower is more urgent
+    assignees: tuple[ExternalActor, ...] = ()
+    labels: tuple[str, ...] = ()  # trimmed, lowercased
+    blocked_by: tuple[ExternalTaskRef, ...] = ()
+    url: str | None = None
+    branch_name: str | None = None
+    due_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    revision: str | None = None
+    container_id: str | None = None  # repository / team / project / board / database
+    envelope: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExternalComment:
+    external_comment_id: str
+    external_task_id: str
+    author: ExternalActor
+    body: str  # Markdown, best effort
+    url: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    envelope: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing. ``cursor`` is provider-opaque; ``None`` means no further page now."""
+
+    items: list
+    cursor: str | None
+
+
+class EventKind:
+    """What a verified webhook says happened, provider-neutral."""
+
+    TASK_UPSERTED = "task.upserted"  # created, edited, state change, labels, assignees...
+    TASK_DELETED = "task.deleted"  # deleted, or moved out of the container (transferred)
+    COMMENT_UPSERTED = "comment.upserted"
+    COMMENT_DELETED = "comment.deleted"
+    IGNORED = "ignored"  # a valid delivery the engine has nothing to do for (e.g. a pull request)
+
+
+@dataclass(frozen=True)
+class VerifiedEvent:
+    """A webhook delivery that passed verification and parsed (§5.1.5).
+
+    ``event_id`` is the provider's delivery/event id (the inbound idempotency key); providers
+    without one use a content hash. ``task`` / ``comment`` carry the normalized content the
+    payload holds; ``trusted_content`` is False for providers whose payloads are hints to be
+    confirmed by API read-back."""
+
+    event_id: str
+    kind: str  # EventKind
+    action: str  # the provider's own action name, for history ("issues.labeled")
+    external_task_id: str | None
+    occurred_at: datetime | None = None
+    task: ExternalTask | None = None
+    comment: ExternalComment | None = None
+    actor: ExternalActor | None = None
+    container_id: str | None = None
+    trusted_content: bool = True
+
+
+@dataclass(frozen=True)
+class WebhookRequest:
+    """The raw request the endpoint hands to ``verify_webhook``: exact body bytes, lower-cased headers."""
+
+    body: bytes
+    headers: Mapping[str, str]
+    url: str = ""
+
+
+class WebhookRejected(ProviderError):
+    """Bad, missing or wrong signature (401), or a payload for another container."""
+
+    def __init__(self, message: str, *, category: str = ErrorCategory.WEBHOOK_SIGNATURE):
+        super().__init__(category, message)
+
+
+class WebhookUnparseable(ProviderError):
+    """Signature fine, body not a payload this provider sends (400)."""
+
+    def __init__(self, message: str):
+        super().__init__(ErrorCategory.PROVIDER_PAYLOAD, message)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """§5.2 static capability declaration, read by the console and the API."""
+
+    operations: frozenset[str]  # names of implemented TaskSourceAdapter methods, incl. optional writes
+    state_categories: frozenset[str]
+    signed_webhooks: bool
+    routing_rule_kinds: frozenset[str]
+    has_external_keys: bool = True
+
+    def as_dict(self) -> dict:
+        return {"operations": sorted(self.operations), "stateCategories": sorted(self.state_categories),
+                "signedWebhooks": self.signed_webhooks, "routingRuleKinds": sorted(self.routing_rule_kinds),
+                "hasExternalKeys": self.has_external_keys}
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """What an adapter is constructed with. Secrets arrive resolved, never stored here."""
+
+    base_url: str
+    containers: tuple[str, ...]  # e.g. ("octo-org/octo-repo",)
+    state_mapping: Mapping[str, Any]  # provider-specific, validated by ``validate_state_mapping``
+    credentials: str | None = None  # resolved token
+    webhook_secret: str | None = None  # resolved secret
+    service_account_id: str | None = None  # the connector's own provider user id (echo suppression)
+    timeout: float = 10.0
+
+
+class TaskSourceAdapter:
+    """Implement the required operations; optional writes raise NotImplementedError unless declared."""
+
+    provider_key: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, config: AdapterConfig):
+        self.config = config
+
+    # --- §5.1 required -----------------------------------------------------------------------
+    def list_candidate_tasks(self, scope: str, cursor: str | None) -> Page:
+        """One page of tasks in container ``scope`` changed since ``cursor`` (items: ExternalTask)."""
+        raise NotImplementedError
+
+    # Lookups take an ExternalTaskRef (stable id + human key as stored on the link): some
+    # providers address tasks by key (GitHub "owner/repo#12", Jira "ABC-1"), others by id.
+    def get_task(self, ref: ExternalTaskRef) -> ExternalTask:
+        """Raises ProviderError(PROVIDER_STATUS, status=404) when the task no longer exists."""
+        raise NotImplementedError
+
+    def get_task_states(self, refs: list[ExternalTaskRef]) -> dict[str, ExternalState | None]:
+        """Batched state refresh keyed by external id; ``None`` for a task the provider says is gone."""
+        raise NotImplementedError
+
+    def list_comments(self, ref: ExternalTaskRef, cursor: str | None) -> Page:
+        """Comments since ``cursor`` (items: ExternalComment)."""
+        raise NotImplementedError
+
+    def verify_webhook(self, request: WebhookRequest) -> VerifiedEvent:
+        """Check the signature in constant time *before* parsing; raise WebhookRejected /
+        WebhookUnparseable."""
+        raise NotImplementedError
+
+    def validate_state_mapping(self, mapping: Mapping[str, Any]) -> dict[str, list[str]]:
+        """Field -> reasons for a bad mapping (empty when valid)."""
+        return {}
+
+    # --- §5.2 optional writes ----------------------------------------------------------------
+    def create_task(self, scope: str, projection: Mapping[str, Any]) -> ExternalTask:
+        raise NotImplementedError
+
+    def update_task_state(self, ref: ExternalTaskRef, target_state_name: str) -> None:
+        raise NotImplementedError
+
+    def post_comment(self, ref: ExternalTaskRef, body: str) -> str:
+        raise NotImplementedError
+
+    def set_fields(self, ref: ExternalTaskRef, fields: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def set_backlink(self, ref: ExternalTaskRef, paperclip_url: str) -> None:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[TaskSourceAdapter]] = {}
+
+
+def register(cls: type[TaskSourceAdapter]) -> type[TaskSourceAdapter]:
+    _REGISTRY[cls.provider_key] = cls
+    return cls
+
+
+def adapter_class(provider_key: str) -> type[TaskSourceAdapter]:
+    from . import registry  # noqa: F401  (imports every provider module so they register)
+
+    try:
+        return _REGISTRY[provider_key]
+    except KeyError:
+        raise LookupError(f"Unknown provider '{provider_key}'.") from None
+
+
+def provider_keys() -> list[str]:
+    from . import registry  # noqa: F401
+
+    return sorted(_REGISTRY)

@@ -1,0 +1,155 @@
+"""Reads shared by the connectors API (and later the console). Everything is company-scoped."""
+from __future__ import annotations
+
+from django.db.models import Count, Min, Q
+from django.utils import timezone
+
+from issues.actors import Actor
+from issues.exceptions import InvalidInput
+from issues.selectors import get_by_ref, list_window, scoped_get
+
+from .choices import ConflictStatus, EventStatus, HealthStatus, InstanceStatus, LinkStatus
+from .filtersets import ConflictFilterSet, InboundEventFilterSet, TaskLinkFilterSet
+from .models import Conflict, ConnectorInstance, InboundEvent, SyncCursor, SyncError, TaskLink
+from .services.common import adapter_class
+
+
+def instance_get(*, actor: Actor, pk) -> ConnectorInstance:
+    return scoped_get(ConnectorInstance.objects.select_related("company", "project", "goal", "triage_agent"),
+                      actor, pk, "Connector")
+
+
+def link_get(*, actor: Actor, pk) -> TaskLink:
+    return scoped_get(TaskLink.objects.select_related("instance", "issue", "issue__assignee_agent",
+                                                      "issue__checkout_run"), actor, pk, "Link")
+
+
+def event_get(*, actor: Actor, pk) -> InboundEvent:
+    try:
+        pk = int(pk)
+    except (TypeError, ValueError):
+        pk = -1
+    return scoped_get(InboundEvent.objects.select_related("instance"), actor, pk, "Event")
+
+
+def instance_list(*, company, params):
+    limit, offset = list_window(params)
+    return ConnectorInstance.objects.filter(company=company).select_related("project", "goal", "triage_agent")[
+        offset:offset + limit]
+
+
+def _filtered(filterset_class, queryset, params):
+    filterset = filterset_class(data=params, queryset=queryset)
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    return filterset.qs[offset:offset + limit]
+
+
+def link_list(*, instance, params):
+    qs = TaskLink.objects.filter(instance=instance).select_related("issue", "issue__assignee_agent",
+                                                                   "issue__checkout_run").order_by("-created_at", "id")
+    return _filtered(TaskLinkFilterSet, qs, params)
+
+
+def issue_links(*, actor: Actor, issue_ref):
+    from issues.models import Issue
+
+    issue = get_by_ref(Issue.objects.all(), actor, issue_ref, "Issue")
+    return TaskLink.objects.filter(issue=issue).select_related("instance", "issue", "issue__assignee_agent",
+                                                               "issue__checkout_run").order_by("-created_at")
+
+
+def conflict_list(*, instance, params):
+    qs = Conflict.objects.filter(instance=instance).select_related("link").order_by("-detected_at", "id")
+    return _filtered(ConflictFilterSet, qs, params)
+
+
+def event_list(*, instance, params):
+    qs = InboundEvent.objects.filter(instance=instance).order_by("-id")
+    return _filtered(InboundEventFilterSet, qs, params)
+
+
+def instance_health(instance: ConnectorInstance) -> dict:
+    """§4.1.8 ConnectorHealth plus the §12.2 surface."""
+    now = timezone.now()
+    queue = InboundEvent.objects.filter(instance=instance).aggregate(
+        depth=Count("id", filter=Q(status=EventStatus.PENDING)),
+        retries=Count("id", filter=Q(status=EventStatus.FAILED)),
+        parked=Count("id", filter=Q(status=EventStatus.PARKED)),
+        oldest=Min("received_at", filter=Q(status__in=(EventStatus.PENDING, EventStatus.FAILED))),
+    )
+    retries = list(InboundEvent.objects.filter(instance=instance, status=EventStatus.FAILED)
+                   .order_by("next_attempt_at").values("id", "idempotency_key", "external_task_id", "attempts",
+                                                       "next_attempt_at", "error_category")[:50])
+    conflicts = Conflict.objects.filter(instance=instance, status=ConflictStatus.OPEN).count()
+    errors = list(SyncError.objects.filter(instance=instance).order_by("-at", "-id")
+                  .values("category", "message", "at", "link_id", "event_id")[:50])
+    links = dict(TaskLink.objects.filter(instance=instance).values("status").annotate(n=Count("id"))
+                 .values_list("status", "n"))
+    cursors = [{"scope": c.scope, "cursor": c.cursor, "updatedAt": c.updated_at,
+                "lagSeconds": round((now - c.updated_at).total_seconds(), 1)}
+               for c in SyncCursor.objects.filter(instance=instance).order_by("scope")]
+    recent_error = errors[0] if errors else None
+    if instance.status == InstanceStatus.PAUSED:
+        status = HealthStatus.PAUSED
+    elif recent_error and recent_error["category"] == "provider_auth" and \
+            (now - recent_error["at"]).total_seconds() < 3600:
+        status = HealthStatus.ERROR
+    elif queue["parked"] or queue["retries"] or links.get(LinkStatus.ERROR) or (
+            instance.provider_degraded_until and instance.provider_degraded_until > now) or (
+            recent_error and (now - recent_error["at"]).total_seconds() < 900):
+        status = HealthStatus.DEGRADED
+    else:
+        status = HealthStatus.HEALTHY
+    try:
+        capabilities = adapter_class(instance.provider_key).capabilities.as_dict()
+    except LookupError:
+        capabilities = None
+    return {
+        "connectorInstanceId": str(instance.pk),
+        "providerKey": instance.provider_key,
+        "status": status,
+        "lastWebhookAt": instance.last_webhook_at,
+        "lastPollAt": instance.last_poll_at,
+        "lastReconcileAt": instance.last_reconcile_at,
+        "webhookVerified": instance.webhook_verified,
+        "webhookRejectedCount": instance.webhook_rejected_count,
+        "lastWebhookRejectedAt": instance.last_webhook_rejected_at,
+        "lastWebhookRejectedReason": instance.last_webhook_rejected_reason,
+        "queueDepth": queue["depth"],
+        "oldestPendingAgeSeconds": round((now - queue["oldest"]).total_seconds(), 1) if queue["oldest"] else None,
+        "retryCount": queue["retries"],
+        "parkedCount": queue["parked"],
+        "retries": [{"eventId": r["id"], "idempotencyKey": r["idempotency_key"],
+                     "externalTaskId": r["external_task_id"], "attempts": r["attempts"],
+                     "nextAttemptAt": r["next_attempt_at"], "errorCategory": r["error_category"]} for r in retries],
+        "conflictCount": conflicts,
+        "links": {s: links.get(s, 0) for s in LinkStatus.values},
+        "cursors": cursors,
+        "lastError": ({"category": recent_error["category"], "message": recent_error["message"],
+                       "at": recent_error["at"]} if recent_error else None),
+        "errors": [{"category": e["category"], "message": e["message"], "at": e["at"],
+                    "linkId": str(e["link_id"]) if e["link_id"] else None, "eventId": e["event_id"]} for e in errors],
+        "capabilities": capabilities,
+    }
+
+
+def link_claim_state(link: TaskLink) -> dict:
+    """§12.3: the host's claim/run state of the linked issue."""
+    issue = link.issue
+    run = issue.checkout_run
+    return {"status": issue.status, "claimed": issue.checkout_run_id is not None,
+            "checkoutRunId": str(issue.checkout_run_id) if issue.checkout_run_id else None,
+            "runStatus": run.status if run else None,
+            "assigneeAgentId": str(issue.assignee_agent_id) if issue.assignee_agent_id else None,
+            "assigneeAgentName": issue.assignee_agent.name if issue.assignee_agent_id else None}
+
+
+def link_activity(*, link: TaskLink, params):
+    """§14.5: the audit entries of one link (imports, commands, conflicts, interventions)."""
+    from issues.models import ActivityLog
+
+    limit, offset = list_window(params)
+    return ActivityLog.objects.filter(company_id=link.company_id, entity_type="connector_link",
+                                      entity_id=str(link.pk)).order_by("-created_at", "-id")[offset:offset + limit]

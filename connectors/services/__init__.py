@@ -1,0 +1,1 @@
+"""The connector engine: every write of the connectors app (services hold the rules)."""

@@ -1,0 +1,601 @@
+"""The inbound pipeline (§7): store events idempotently, apply them per external task in order,
+retry with backoff, park poison events, import tasks and comments."""
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Subquery
+from django.utils import timezone
+
+from connectors.choices import (
+    UNFINISHED_EVENT_STATUSES,
+    ConflictKind,
+    EventSource,
+    EventStatus,
+    ErrorCategory,
+    InstanceStatus,
+    LinkStatus,
+    OriginSide,
+    OutboundKind,
+    RunMode,
+    StateCategory,
+    SyncMode,
+)
+from connectors.models import ConnectorInstance, ExternalCommentLink, InboundEvent, TaskLink
+from connectors.providers.base import (
+    EventKind,
+    ExternalComment,
+    ExternalTask,
+    ExternalTaskRef,
+    ProviderError,
+    VerifiedEvent,
+    normalize_state_name,
+)
+from issues.actors import SYSTEM
+from issues.choices import TERMINAL_ISSUE_STATUSES, AuthorType, IssueStatus, OriginKind
+from issues.models import Comment, Issue
+from issues.services.activity import activity_record
+from issues.services.issues import issue_create, issue_update
+from issues.services.thread import comment_create
+
+from . import codec, commands as command_service, content, links, routing
+from .common import adapter_for, conf, link_first_sync_ok, link_set_status, sync_error_record
+
+ACTIVE_ISSUE_STATUSES = (IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueStatus.BLOCKED)
+
+
+class Outcome:
+    def __init__(self, status: str, text: str):
+        self.status, self.text = status, text
+
+
+def applied(text):
+    return Outcome(EventStatus.APPLIED, text)
+
+
+def dropped(text):
+    return Outcome(EventStatus.DROPPED, text)
+
+
+# --------------------------------------------------------------------------------------- storing
+def event_store(*, instance: ConnectorInstance, event: VerifiedEvent, source: str = EventSource.WEBHOOK,
+                headers: dict | None = None, body: bytes = b"", verified: bool = True,
+                verification: str = "") -> tuple[InboundEvent, bool]:
+    """Insert the event once per (instance, idempotency key); a re-delivery returns the stored row."""
+    key = (event.event_id or "")[:300]
+    try:
+        with transaction.atomic():
+            row = InboundEvent.objects.create(
+                instance=instance, company_id=instance.company_id, idempotency_key=key, source=source,
+                kind=event.kind, action=(event.action or "")[:100], external_task_id=event.external_task_id or "",
+                raw_headers=headers or {}, raw_body=body, payload=codec.dump(event), verified=verified,
+                verification=verification, occurred_at=event.occurred_at,
+            )
+        return row, True
+    except IntegrityError:
+        return InboundEvent.objects.get(instance=instance, idempotency_key=key), False
+
+
+def kick(instance_id, external_task_id: str):
+    """Process the task's queue after commit (Celery); the sweep is the safety net."""
+    from connectors import tasks
+
+    transaction.on_commit(lambda: tasks.process_task_events.delay(str(instance_id), external_task_id))
+
+
+# ------------------------------------------------------------------------------------ processing
+def _backoff(attempts: int, retry_after: float | None) -> timedelta:
+    base = float(conf("RETRY_BASE_SECONDS"))
+    delay = min(base * (2 ** max(attempts - 1, 0)), float(conf("RETRY_MAX_SECONDS")))
+    if base > 0:
+        delay *= random.uniform(0.8, 1.2)  # jitter
+    if retry_after:
+        delay = max(delay, float(retry_after))
+    return timedelta(seconds=delay)
+
+
+def task_events_process(*, instance_id, external_task_id: str, limit: int = 200) -> dict:
+    """Apply the task's unfinished events in order until the queue is empty, blocked by a retry
+    that is not yet due, or held by another worker. Returns counts by outcome."""
+    counts = {"applied": 0, "dropped": 0, "failed": 0, "parked": 0}
+    instance = ConnectorInstance.objects.select_related("company").filter(pk=instance_id).first()
+    if instance is None or instance.status == InstanceStatus.PAUSED:
+        return counts
+    for _ in range(limit):
+        result = _process_head(instance, external_task_id)
+        if result is None:
+            break
+        counts[result] += 1
+        if result == "failed":
+            head = (InboundEvent.objects.filter(instance=instance, external_task_id=external_task_id,
+                                                status__in=UNFINISHED_EVENT_STATUSES)
+                    .order_by("id").values_list("next_attempt_at", flat=True).first())
+            if head is not None and head > timezone.now():
+                _schedule_retry(instance.pk, external_task_id, head)
+                break
+            if not ConnectorInstance.objects.filter(pk=instance.pk, status=InstanceStatus.ACTIVE).exists():
+                break  # paused meanwhile
+    return counts
+
+
+def _schedule_retry(instance_id, external_task_id, when):
+    from connectors import tasks
+
+    countdown = max((when - timezone.now()).total_seconds(), 0)
+    try:
+        tasks.process_task_events.apply_async((str(instance_id), external_task_id), countdown=countdown)
+    except Exception:  # broker down: the sweep picks the retry up when it is due
+        pass
+
+
+def _process_head(instance: ConnectorInstance, external_task_id: str) -> str | None:
+    now = timezone.now()
+    head_id = (InboundEvent.objects.filter(instance=instance, external_task_id=external_task_id,
+                                           status__in=UNFINISHED_EVENT_STATUSES).order_by("id").values("id")[:1])
+    event_id = None
+    try:
+        with transaction.atomic():
+            # One statement finds and locks exactly the head of the task's queue; if another worker
+            # holds it, that worker owns this task's queue now (SKIP LOCKED returns nothing).
+            event = InboundEvent.objects.select_for_update(skip_locked=True).filter(pk=Subquery(head_id)).first()
+            if event is None or event.status not in UNFINISHED_EVENT_STATUSES:
+                return None
+            if event.status == EventStatus.FAILED and event.next_attempt_at and event.next_attempt_at > now:
+                return None  # the head waits for its retry; later events keep their order behind it
+            event_id = event.pk
+            outcome = event_apply(instance=instance, event=event)
+            event.status = outcome.status
+            event.outcome = outcome.text[:300]
+            event.attempts += 1
+            event.last_attempt_at = event.applied_at = timezone.now()
+            event.next_attempt_at = None
+            event.error_category, event.error_message = "", ""
+            event.save(update_fields=["status", "outcome", "attempts", "last_attempt_at", "applied_at",
+                                      "next_attempt_at", "error_category", "error_message"])
+        return "applied" if outcome.status == EventStatus.APPLIED else "dropped"
+    except Exception as exc:  # any failure: retry with backoff, park after the bounded count
+        if event_id is None:
+            raise
+        return _record_failure(instance, event_id, exc)
+
+
+def _record_failure(instance: ConnectorInstance, event_id, exc: Exception) -> str:
+    category = exc.category if isinstance(exc, ProviderError) and exc.category in ErrorCategory.values \
+        else ErrorCategory.APPLY_FAILED
+    message = f"{type(exc).__name__}: {exc}"[:2000]
+    with transaction.atomic():
+        event = InboundEvent.objects.select_for_update().filter(pk=event_id).first()
+        if event is None or event.status not in UNFINISHED_EVENT_STATUSES:
+            return "failed"
+        event.attempts += 1
+        event.last_attempt_at = timezone.now()
+        event.error_category, event.error_message = category, message
+        link = TaskLink.objects.filter(instance=instance, external_task_id=event.external_task_id).exclude(
+            status=LinkStatus.UNLINKED).first() if event.external_task_id else None
+        if event.attempts >= int(conf("MAX_ATTEMPTS")):
+            event.status, event.next_attempt_at = EventStatus.PARKED, None
+            event.outcome = f"parked after {event.attempts} attempts"
+            sync_error_record(instance=instance, category=ErrorCategory.EVENT_PARKED, link=link, event=event,
+                              message=f"Event {event.idempotency_key} ({event.kind}) parked after "
+                                      f"{event.attempts} attempts: {message}",
+                              details={"lastCategory": category})
+            if link is not None and link.status != LinkStatus.PAUSED:
+                link_set_status(link, LinkStatus.ERROR, f"event {event.idempotency_key} parked",
+                                detail=f"Event parked: {message[:400]}", key=event.idempotency_key)
+            result = "parked"
+        else:
+            retry_after = exc.retry_after if isinstance(exc, ProviderError) else None
+            event.status = EventStatus.FAILED
+            event.next_attempt_at = timezone.now() + _backoff(event.attempts, retry_after)
+            event.outcome = f"attempt {event.attempts} failed"
+            sync_error_record(instance=instance, category=category, link=link, event=event,
+                              message=f"Applying {event.idempotency_key} failed (attempt {event.attempts}): {message}")
+            result = "failed"
+        event.save(update_fields=["status", "attempts", "last_attempt_at", "error_category", "error_message",
+                                  "next_attempt_at", "outcome"])
+    return result
+
+
+# --------------------------------------------------------------------------------------- applying
+def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
+    """Apply one stored event inside the caller's transaction (raises to roll everything back)."""
+    verified = codec.event_load(event.payload)
+    key = event.idempotency_key
+    if verified.kind == EventKind.IGNORED:
+        return dropped(f"nothing to do for {verified.action or 'this event'}")
+    if verified.container_id and instance.containers and not _container_ok(instance, verified.container_id):
+        return dropped(f"payload for another container ({verified.container_id})")
+    if verified.kind == EventKind.TASK_UPSERTED:
+        return _task_upserted(instance, verified, key)
+    if verified.kind == EventKind.TASK_DELETED:
+        return _task_deleted(instance, verified, key)
+    if verified.kind == EventKind.COMMENT_UPSERTED:
+        return _comment_upserted(instance, verified, key)
+    if verified.kind == EventKind.COMMENT_DELETED:
+        return _comment_deleted(instance, verified, key)
+    return dropped(f"unknown event kind {verified.kind}")
+
+
+def _container_ok(instance, container_id: str) -> bool:
+    return container_id.lower() in {str(c).lower() for c in instance.containers or ()}
+
+
+def active_link(instance, external_task_id: str) -> TaskLink | None:
+    # The link and its issue are locked together: every effect on the issue goes through this row.
+    return (TaskLink.objects.select_for_update(of=("self", "issue")).select_related("issue")
+            .filter(instance=instance, external_task_id=external_task_id).exclude(status=LinkStatus.UNLINKED).first())
+
+
+def _read_back(instance, verified: VerifiedEvent) -> ExternalTask:
+    """Untrusted payloads (unsigned providers) are confirmed by an API read (§5.1.5)."""
+    ref = ExternalTaskRef(external_id=verified.external_task_id,
+                          external_key=verified.task.external_key if verified.task else None)
+    return adapter_for(instance).get_task(ref)
+
+
+def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
+    task = verified.task
+    if task is None or not verified.trusted_content:
+        task = _read_back(instance, verified)
+    link = active_link(instance, task.external_id)
+    if link is None:
+        return task_import(instance=instance, task=task, key=key, actor=verified.actor)
+    return link_apply_task(instance=instance, link=link, task=task, key=key, actor=verified.actor)
+
+
+def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: bool = False) -> Outcome:
+    """§6.2 import / §15.1, after the §6.3 dedupe."""
+    if not manual and not instance.auto_import:
+        return dropped("auto-import is off for this connector")
+    if not manual and task.state.category == StateCategory.TERMINAL:
+        return dropped("terminal external task is not imported")
+    label = links.provider_label(instance)
+    existing, how = links.dedupe_issue(instance, task)
+    if existing is not None:
+        link = links.link_create(instance=instance, issue=existing, task=task, key=key,
+                                 origin_side=OriginSide.MANUAL_LINK if how == "backlink" else OriginSide.EXTERNAL,
+                                 cause=f"linked to existing issue by {how}")
+        _audit(link, "connector.task_linked", key, {"dedupe": how, "actor": content.actor_dict(actor)})
+        link_first_sync_ok(link, key)
+        return applied(f"linked existing issue {existing.identifier} ({how})")
+    decision = routing.routing_resolve(instance=instance, task=task)
+    status = links.initial_status(task.state.category)
+    issue, _ = issue_create(
+        actor=SYSTEM, company=instance.company, title=content.render_title(task),
+        description=content.render_description(task, label), status=status,
+        priority=links.issue_priority(task) or "medium", project_id=instance.project_id, goal_id=instance.goal_id,
+        assignee_agent_id=decision.agent.pk if decision.agent else None, origin_kind=OriginKind.CONNECTOR,
+        origin_id=content.attribution_key(instance.pk, task.external_id),
+    )
+    link = links.link_create(instance=instance, issue=issue, task=task, key=key, origin_side=OriginSide.EXTERNAL,
+                             routing=decision.as_dict(), cause="imported")
+    _routing_problems(instance, link, decision, issue, key)
+    _state_mapping_check(instance, link, task, previous_name=None)
+    links.backlink_record(link=link, instance=instance, issue=issue)
+    _audit(link, "connector.task_imported", key, {"issueId": str(issue.pk), "identifier": issue.identifier,
+                                                  "routing": decision.as_dict(), "actor": content.actor_dict(actor)})
+    link_first_sync_ok(link, key)
+    return applied(f"imported as {issue.identifier}")
+
+
+def _audit(link: TaskLink, action: str, key: str, details: dict):
+    activity_record(actor=SYSTEM, company_id=link.company_id, action=action, entity_type="connector_link",
+                    entity_id=link.pk, details={"instanceId": str(link.instance_id), "providerKey": link.provider_key,
+                                                "externalTaskId": link.external_task_id,
+                                                "externalKey": link.external_key, "idempotencyKey": key, **details})
+
+
+def _routing_problems(instance, link, decision: routing.RoutingDecision, issue: Issue, key: str):
+    for problem in decision.problems:
+        sync_error_record(instance=instance, category=ErrorCategory.ROUTING, message=problem, link=link)
+    if decision.fell_back:
+        who = decision.agent.name if decision.agent else "nobody (no usable triage agent)"
+        body = (f"Unresolved routing for {link.external_key or link.external_task_id}: {decision.reason}. "
+                f"Assigned to the triage fallback: {who}.")
+        links.note(issue, body, link=link, key=key, kind="routing_unresolved")
+        if links.writes_allowed(link, instance, "post_comment"):
+            links.outbound_record(link=link, kind=OutboundKind.COMMENT, source_id=f"routing-unresolved:{issue.pk}",
+                                  payload={"body": body})
+
+
+def _state_mapping_check(instance, link, task: ExternalTask, previous_name: str | None):
+    """§7.2: an unmapped state is inert backlog and reported in health (once per state change)."""
+    if previous_name is not None and normalize_state_name(previous_name) == normalize_state_name(task.state.name):
+        return
+    if not _state_mapped(instance, task):
+        sync_error_record(instance=instance, category=ErrorCategory.STATE_UNMAPPED, link=link,
+                          message=f"State '{task.state.name}' of {task.external_key or task.external_id} is not in "
+                                  f"the state mapping; treated as backlog.")
+
+
+def _state_mapped(instance, task: ExternalTask) -> bool:
+    envelope = task.envelope or {}
+    if envelope.get("unmappedState"):
+        return False  # the adapter says it found no mapping for this state
+    if isinstance(envelope.get("stateMapped"), bool):
+        return envelope["stateMapped"]
+    name = normalize_state_name(task.state.name)
+    mapping = instance.state_mapping or {}
+    if not mapping:
+        return True  # the provider's built-in mapping applies
+
+    def contains(value) -> bool:
+        if isinstance(value, str):
+            return normalize_state_name(value) == name
+        if isinstance(value, dict):
+            return any(normalize_state_name(k) == name or contains(v) for k, v in value.items())
+        if isinstance(value, (list, tuple)):
+            return any(contains(v) for v in value)
+        return False
+
+    return contains(mapping)
+
+
+def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, actor=None) -> Outcome:
+    """Apply a fresh external snapshot to a linked issue (fields, state category, routing)."""
+    if link.status == LinkStatus.PAUSED:
+        return dropped("link paused (resume resyncs it)")
+    if link.sync_mode in (SyncMode.DISABLED, SyncMode.EXPORT_ONLY):
+        return dropped(f"link sync mode {link.sync_mode}")
+    if link.external_updated_at and task.updated_at and task.updated_at < link.external_updated_at:
+        return dropped("older than the state already applied")
+    label = links.provider_label(instance)
+    base = link.base_snapshot or {}
+    base_ext, base_pc = base.get("external") or {}, base.get("paperclip") or {}
+    ext = links.external_snapshot(task, label)
+    issue = link.issue
+    observer = link.sync_mode == SyncMode.OBSERVER
+    changes, notes = {}, []
+    actor_text = content.actor_label(actor)
+
+    if not observer:
+        for field in ("title", "description"):
+            if ext[field] == base_ext.get(field):
+                continue
+            owner = (link.field_policy or {}).get(field, "external")
+            current = getattr(issue, field)
+            if owner == "paperclip":
+                links.conflict_open(link=link, kind=ConflictKind.POLICY, field=field, key=key,
+                                    detail=f"external change to paperclip-owned {field}",
+                                    base=base_ext.get(field), external=ext[field], paperclip=current,
+                                    actors={"external": actor_text})
+            elif current != base_pc.get(field, current) and current != ext[field]:
+                links.conflict_open(link=link, kind=ConflictKind.FIELD, field=field, key=key,
+                                    detail=f"{field} changed on both sides", base=base_ext.get(field),
+                                    external=ext[field], paperclip=current, actors={"external": actor_text})
+            else:
+                changes[field] = ext[field]
+        priority = links.issue_priority(task)
+        if priority and ext["priority"] != base_ext.get("priority") and priority != issue.priority:
+            changes["priority"] = priority
+
+    previous_category = link.external_state_category or base_ext.get("category")
+    category_changed = previous_category != task.state.category
+    if category_changed and not observer:
+        notes += _category_transition(instance, link, issue, previous_category, task, key, actor_text, changes)
+        issue = link.issue  # a reopen may have retargeted the link
+
+    route_inputs = ("labels", "assignees", "state", "customFields")
+    if not observer and any(ext[k] != base_ext.get(k) for k in route_inputs) and issue.status not in \
+            TERMINAL_ISSUE_STATUSES:
+        _reroute(instance, link, issue, task, key, changes, notes)
+
+    if changes:
+        issue, _, _ = issue_update(actor=SYSTEM, issue=issue, changes=changes)
+        link.issue = issue
+    for body in notes:
+        links.note(issue, body, link=link, key=key, kind="state")
+    _state_mapping_check(instance, link, task, previous_name=link.external_state_name)
+
+    link.external_title = task.title[:500]
+    link.external_key = task.external_key or link.external_key
+    link.external_url = task.url or link.external_url
+    link.external_state_name = task.state.name[:200]
+    link.external_state_category = task.state.category
+    link.external_updated_at = task.updated_at or link.external_updated_at
+    link.last_external_revision = task.revision
+    link.envelope = dict(task.envelope or {})
+    link.last_inbound_at = timezone.now()
+    link.base_snapshot = {"external": ext, "paperclip": links.paperclip_snapshot(issue)}
+    link.save(update_fields=["external_title", "external_key", "external_url", "external_state_name",
+                             "external_state_category", "external_updated_at", "last_external_revision", "envelope",
+                             "last_inbound_at", "base_snapshot", "issue", "routing", "handoff_history", "updated_at"])
+    link_first_sync_ok(link, key)
+    what = ", ".join(sorted(changes)) or "no field change"
+    return applied(f"{issue.identifier}: {what}" + (" (observer)" if observer else ""))
+
+
+def _category_transition(instance, link, issue, previous, task, key, actor_text, changes) -> list[str]:
+    """§7.4: external transitions become host-level requests or conflicts, never silent status sets."""
+    new = task.state.category
+    ref = link.external_key or link.external_task_id
+    notes = []
+    if new == StateCategory.TERMINAL:
+        if issue.status in TERMINAL_ISSUE_STATUSES:
+            return notes
+        auto_close = bool((instance.config or {}).get("autoCloseWhenIdle")) and issue.status in (
+            IssueStatus.BACKLOG, IssueStatus.TODO) and issue.checkout_run_id is None
+        if auto_close:
+            changes["status"] = IssueStatus.DONE
+            notes.append(f"{actor_text} closed {ref} ({task.state.name}); the idle issue was closed with it.")
+        else:
+            created = links.conflict_open(link=link, kind=ConflictKind.CLOSURE, key=key,
+                                          detail=f"external task closed ({task.state.name}) while the issue is "
+                                                 f"{issue.status}", external={"state": task.state.name},
+                                          paperclip={"status": issue.status}, actors={"external": actor_text})[1]
+            if created:
+                notes.append(f"{actor_text} moved {ref} to '{task.state.name}' (terminal) while this issue is "
+                             f"{issue.status}. Nothing was closed here: finish, cancel or resolve the conflict.")
+        return notes
+    if previous == StateCategory.TERMINAL and issue.status in TERMINAL_ISSUE_STATUSES:
+        follow_up = _follow_up(instance, link, issue, task, key)
+        notes.append(f"{actor_text} reopened {ref}; follow-up issue {follow_up.identifier} now carries the link.")
+        return notes
+    if new == StateCategory.ACTIVE and issue.status == IssueStatus.BACKLOG:
+        if link.run_mode == RunMode.SYMPHONY_COMPATIBLE:
+            changes["status"] = IssueStatus.TODO
+        else:
+            notes.append(f"{actor_text} moved {ref} to '{task.state.name}' (active). This issue stays in backlog "
+                         f"until someone here schedules it.")
+    elif previous == StateCategory.ACTIVE and new in (StateCategory.BACKLOG, StateCategory.BLOCKED):
+        notes.append(f"{actor_text} moved {ref} to '{task.state.name}' ({new}).")
+    return notes
+
+
+def _follow_up(instance, link: TaskLink, issue: Issue, task: ExternalTask, key: str) -> Issue:
+    """Reopen of a terminal issue: an idempotent follow-up issue, then one retarget of the link."""
+    origin = f"{content.attribution_key(instance.pk, task.external_id)}:reopen:{len(link.handoff_history) + 1}"[:200]
+    follow_up = Issue.objects.filter(company_id=link.company_id, origin_kind=OriginKind.CONNECTOR,
+                                     origin_id=origin).first()
+    if follow_up is None:
+        follow_up, _ = issue_create(
+            actor=SYSTEM, company=instance.company, title=content.render_title(task),
+            description=content.render_description(task, links.provider_label(instance)),
+            status=links.initial_status(task.state.category), priority=issue.priority, project_id=issue.project_id,
+            goal_id=issue.goal_id, assignee_agent_id=issue.assignee_agent_id, origin_kind=OriginKind.CONNECTOR,
+            origin_id=origin, parent_id=None)
+    link.handoff_history = [*link.handoff_history, {"issueId": str(issue.pk), "endedAt": timezone.now().isoformat(),
+                                                    "cause": "external reopen"}]
+    link.issue = follow_up
+    link.save(update_fields=["issue", "handoff_history", "updated_at"])
+    _audit(link, "connector.link_retargeted", key, {"fromIssueId": str(issue.pk), "toIssueId": str(follow_up.pk)})
+    return follow_up
+
+
+def _reroute(instance, link, issue, task, key, changes, notes):
+    decision = routing.routing_resolve(instance=instance, task=task,
+                                       command_agent=(link.routing or {}).get("commandAgent"))
+    for problem in decision.problems:
+        sync_error_record(instance=instance, category=ErrorCategory.ROUTING, message=problem, link=link)
+    link.routing = decision.as_dict() | {"commandAgent": (link.routing or {}).get("commandAgent")}
+    if decision.agent is None or decision.agent.pk == issue.assignee_agent_id:
+        return
+    if decision.fell_back and issue.assignee_agent_id:
+        return  # nothing matches any more: keep the current owner rather than bouncing to triage
+    if issue.status == IssueStatus.IN_PROGRESS:
+        notes.append(f"Routing now points at {decision.agent.name} ({decision.reason}). The issue is checked out, "
+                     f"so it was not reassigned: handoff requested from the current owner.")
+        return
+    changes["assignee_agent_id"] = decision.agent.pk
+
+
+def _task_deleted(instance, verified: VerifiedEvent, key: str) -> Outcome:
+    link = active_link(instance, verified.external_task_id or "")
+    if link is None:
+        return dropped("deleted task was not linked")
+    what = "moved out of the connector's container" if "transfer" in (verified.action or "") else "deleted"
+    created = links.deletion_handle(link=link, issue=link.issue, actor_text=content.actor_label(verified.actor),
+                                    key=key, what=what)
+    return applied("deletion conflict opened" if created else "deletion conflict already open")
+
+
+# ---------------------------------------------------------------------------------------- comments
+def _comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
+    comment = verified.comment
+    if comment is None:
+        return dropped("no comment in payload")
+    if _own_comment(instance, comment):
+        return dropped("the connector's own comment (echo)")
+    if content.has_marker(comment.body):
+        return dropped("mirrored comment marker (loop prevention)")
+    link = active_link(instance, comment.external_task_id)
+    if link is None:
+        if verified.task is None:
+            return dropped("comment on a task that is not linked")
+        outcome = task_import(instance=instance, task=verified.task, key=key, actor=verified.actor)
+        link = active_link(instance, comment.external_task_id)
+        if link is None:
+            return dropped(f"comment on a task that is not linked ({outcome.text})")
+    return comment_import(instance=instance, link=link, comment=comment, key=key)
+
+
+def _own_comment(instance, comment: ExternalComment) -> bool:
+    author = comment.author
+    if author is None:
+        return False
+    return author.is_connector_service_account or (
+        bool(instance.service_account_id) and author.external_user_id == instance.service_account_id)
+
+
+def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: str) -> Outcome:
+    """§7.3 / §15.2: commands first, then the attributed, sanitized, untrusted comment."""
+    if link.sync_mode in (SyncMode.DISABLED, SyncMode.EXPORT_ONLY):
+        return dropped(f"link sync mode {link.sync_mode}")
+    record = ExternalCommentLink.objects.filter(instance=instance,
+                                                external_comment_id=comment.external_comment_id).first()
+    cmds = command_service.parse_commands(comment.body)
+    if record is not None:
+        if cmds or record.comment_id is None or record.deleted:
+            return dropped("comment already handled")
+        if comment.updated_at and record.external_updated_at and comment.updated_at <= record.external_updated_at:
+            return dropped("comment already imported")
+        _comment_edit(link, record, comment, key)
+        return applied("comment updated")
+    if cmds:
+        from .command_exec import commands_execute
+
+        replies = commands_execute(instance=instance, link=link, comment=comment, commands=cmds, key=key)
+        ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
+                                           comment=None, external_updated_at=comment.updated_at)
+        return applied(f"{len(cmds)} command(s): " + "; ".join(replies))
+    if link.status == LinkStatus.PAUSED:
+        return dropped("link paused (resume resyncs it)")
+    if link.sync_mode == SyncMode.OBSERVER:
+        return dropped("observer link: comments are not imported")
+    issue = link.issue  # locked with the link
+    body = _comment_body(link, comment)
+    provenance = _provenance(link, comment, key)
+    wake = links.wake_on_comment(link, instance) and issue.status not in TERMINAL_ISSUE_STATUSES
+    # (inside the event's transaction: the comment and its mapping commit together)
+    created = comment_create(actor=SYSTEM, issue=issue, body=body, provenance=provenance,
+                             author_type=AuthorType.EXTERNAL if wake else AuthorType.SYSTEM, _locked=True)
+    if not wake:
+        # Recorded as external; only the wake is withheld (wakeOnExternalComment off).
+        Comment.objects.filter(pk=created.pk).update(author_type=AuthorType.EXTERNAL)
+        created.author_type = AuthorType.EXTERNAL
+    ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
+                                       comment=created, external_updated_at=comment.updated_at)
+    TaskLink.objects.filter(pk=link.pk).update(last_inbound_at=timezone.now())
+    link_first_sync_ok(link, key)
+    return applied(f"comment imported on {issue.identifier}" + ("" if wake else " (no wake)"))
+
+
+def _comment_body(link: TaskLink, comment: ExternalComment) -> str:
+    who = content.actor_label(comment.author)
+    where = f" · [view]({comment.url})" if comment.url else ""
+    return f"**{who}** via {link.provider_key} (external, untrusted){where}\n\n{content.sanitize(comment.body)}"
+
+
+def _provenance(link: TaskLink, comment: ExternalComment, key: str) -> dict:
+    return {"source": "connector", "kind": "external_comment", "untrusted": True,
+            "connectorInstanceId": str(link.instance_id), "linkId": str(link.pk), "providerKey": link.provider_key,
+            "externalTaskId": link.external_task_id, "externalKey": link.external_key,
+            "externalCommentId": comment.external_comment_id, "url": comment.url,
+            "actor": content.actor_dict(comment.author), "eventKey": key,
+            "createdAt": comment.created_at.isoformat() if comment.created_at else None}
+
+
+def _comment_edit(link, record: ExternalCommentLink, comment: ExternalComment, key: str):
+    provenance = _provenance(link, comment, key) | {"edited": True}
+    Comment.objects.filter(pk=record.comment_id).update(body=_comment_body(link, comment), provenance=provenance,
+                                                        updated_at=timezone.now())
+    record.external_updated_at = comment.updated_at
+    record.save(update_fields=["external_updated_at"])
+    _audit(link, "connector.comment_edited", key, {"commentId": str(record.comment_id)})
+
+
+def _comment_deleted(instance, verified: VerifiedEvent, key: str) -> Outcome:
+    comment = verified.comment
+    comment_id = comment.external_comment_id if comment else None
+    record = ExternalCommentLink.objects.filter(instance=instance, external_comment_id=comment_id).first() \
+        if comment_id else None
+    if record is None or record.deleted:
+        return dropped("deleted comment was not imported")
+    record.deleted = True
+    record.save(update_fields=["deleted"])
+    if record.comment_id:
+        row = Comment.objects.filter(pk=record.comment_id).values_list("provenance", flat=True).first() or {}
+        Comment.objects.filter(pk=record.comment_id).update(provenance={**row, "externalDeleted": True})
+    return applied("external comment deletion recorded (the host comment is kept)")

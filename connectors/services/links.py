@@ -1,0 +1,204 @@
+"""Task links (§4.1.3, §6): creation with dedupe, snapshots, the status machine, host-side notes."""
+from __future__ import annotations
+
+import re
+
+from django.db import transaction
+from django.db.models import Q
+
+from connectors.choices import (
+    ConflictKind,
+    ConflictStatus,
+    LinkStatus,
+    OriginSide,
+    OutboundKind,
+    RunMode,
+    SyncMode,
+)
+from connectors.models import Conflict, ConnectorInstance, LinkTransition, OutboundEffect, TaskLink
+from connectors.providers.base import ExternalTask
+from issues.actors import SYSTEM
+from issues.choices import AuthorType, IssueStatus, OriginKind
+from issues.models import Comment, Issue
+from issues.services.activity import activity_record
+from issues.services.thread import comment_create
+
+from . import content
+from .common import adapter_class, link_set_status
+
+BACKLINK = re.compile(r"<!--\s*paperclip:issue[=:]\s*([0-9a-fA-F-]{36})")
+PRIORITY = {0: "critical", 1: "high", 2: "medium", 3: "low", 4: "low"}
+INITIAL_STATUS = {"active": IssueStatus.TODO, "blocked": IssueStatus.BLOCKED}
+WRITE_SYNC_MODES = (SyncMode.BIDIRECTIONAL, SyncMode.EXPORT_ONLY)
+
+
+def provider_label(instance: ConnectorInstance) -> str:
+    return instance.provider_key
+
+
+def issue_priority(task: ExternalTask) -> str | None:
+    return PRIORITY.get(task.priority) if task.priority is not None else None
+
+
+def initial_status(category: str) -> str:
+    return INITIAL_STATUS.get(category, IssueStatus.BACKLOG)
+
+
+def external_snapshot(task: ExternalTask, label: str) -> dict:
+    return {"title": content.render_title(task), "description": content.render_description(task, label),
+            "state": task.state.name, "category": task.state.category, "priority": task.priority,
+            "labels": list(task.labels), "assignees": sorted(a.external_user_id for a in task.assignees),
+            "customFields": (task.envelope or {}).get("customFields") or {}, "revision": task.revision,
+            "updatedAt": task.updated_at.isoformat() if task.updated_at else None}
+
+
+def paperclip_snapshot(issue: Issue) -> dict:
+    return {"title": issue.title, "description": issue.description, "status": issue.status,
+            "priority": issue.priority, "assigneeAgentId": str(issue.assignee_agent_id) if issue.assignee_agent_id else None}
+
+
+def wake_on_comment(link: TaskLink, instance: ConnectorInstance) -> bool:
+    if link.wake_on_external_comment is not None:
+        return link.wake_on_external_comment
+    if instance.wake_on_external_comment is not None:
+        return instance.wake_on_external_comment
+    return link.run_mode != RunMode.EXTERNAL_OBSERVER
+
+
+def writes_allowed(link: TaskLink, instance: ConnectorInstance, operation: str, toggle: str | None = None) -> bool:
+    """Layer-4 gate used when recording outbound effects: a write-capable sync mode, a declared
+    capability, and (when given) the write toggle on the link or instance."""
+    if link.sync_mode not in WRITE_SYNC_MODES:
+        return False
+    if operation not in adapter_class(instance.provider_key).capabilities.operations:
+        return False
+    if toggle:
+        policy = {**(instance.write_policy or {}), **(link.write_policy or {})}
+        return bool(policy.get(toggle, True))
+    return True
+
+
+def outbound_record(*, link: TaskLink, kind: str, source_id: str, payload: dict) -> OutboundEffect:
+    effect, _ = OutboundEffect.objects.get_or_create(
+        link=link, kind=kind, source_id=source_id[:300],
+        defaults={"company_id": link.company_id, "instance_id": link.instance_id, "payload": payload})
+    return effect
+
+
+def note(issue: Issue, body: str, *, link: TaskLink | None = None, key: str = "", kind: str = "note") -> Comment:
+    """A connector notice in the issue thread (system author: it never wakes anyone)."""
+    provenance = {"source": "connector", "kind": kind, "eventKey": key}
+    if link is not None:
+        provenance.update({"connectorInstanceId": str(link.instance_id), "linkId": str(link.pk),
+                           "providerKey": link.provider_key, "externalKey": link.external_key})
+    return comment_create(actor=SYSTEM, issue=issue, body=body, provenance=provenance, author_type=AuthorType.SYSTEM,
+                          _locked=True)
+
+
+def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue | None, str]:
+    """§6.3 steps 2 and 3 (step 1, an active link, is checked by the caller)."""
+    active = TaskLink.objects.filter(instance=instance).exclude(status=LinkStatus.UNLINKED).values("issue_id")
+    match = BACKLINK.search(task.description or "")
+    if match:
+        issue = Issue.objects.filter(company_id=instance.company_id, pk=match.group(1)).exclude(pk__in=active).first()
+        if issue is not None:
+            return issue, "backlink"
+    refs = Q(origin_kind=OriginKind.CONNECTOR, origin_id=content.attribution_key(instance.pk, task.external_id))
+    if task.url:
+        refs |= Q(description__contains=task.url)
+    issue = Issue.objects.filter(refs, company_id=instance.company_id).exclude(pk__in=active).order_by("created_at").first()
+    return (issue, "reference") if issue is not None else (None, "")
+
+
+def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask, origin_side: str, key: str,
+                routing: dict | None = None, cause: str) -> TaskLink:
+    label = provider_label(instance)
+    link = TaskLink.objects.create(
+        company_id=instance.company_id, instance=instance, provider_key=instance.provider_key,
+        project_id=issue.project_id, goal_id=issue.goal_id, issue=issue,
+        external_project_id=task.container_id or "", external_task_id=task.external_id,
+        external_key=task.external_key or "", external_url=task.url or "", external_title=task.title[:500],
+        external_state_name=task.state.name[:200], external_state_category=task.state.category,
+        external_updated_at=task.updated_at, origin_side=origin_side, sync_mode=instance.default_sync_mode,
+        run_mode=instance.default_run_mode, field_policy=dict(instance.field_policy or {}),
+        base_snapshot={"external": external_snapshot(task, label), "paperclip": paperclip_snapshot(issue)},
+        last_external_revision=task.revision, routing=routing or {}, envelope=dict(task.envelope or {}),
+        status=LinkStatus.PENDING,
+    )
+    LinkTransition.objects.create(link=link, from_status="", to_status=LinkStatus.PENDING, cause=cause,
+                                  idempotency_key=key[:300])
+    return link
+
+
+def conflict_open(*, link: TaskLink, kind: str, field: str = "", detail: str = "", base=None, external=None,
+                  paperclip=None, actors: dict | None = None, key: str = "") -> tuple[Conflict, bool]:
+    """Open (or find the open) conflict of this kind/field and move the link to ``conflict``."""
+    with transaction.atomic():
+        existing = Conflict.objects.filter(link=link, kind=kind, field=field, status=ConflictStatus.OPEN).first()
+        if existing is not None:
+            return existing, False
+        conflict = Conflict.objects.create(
+            company_id=link.company_id, instance_id=link.instance_id, link=link, kind=kind, field=field,
+            detail=detail[:500], base_value=base, external_value=external, paperclip_value=paperclip,
+            actors=actors or {})
+        if link.status != LinkStatus.PAUSED:
+            link_set_status(link, LinkStatus.CONFLICT, f"{kind} conflict: {detail}"[:300], detail=detail[:500], key=key)
+        activity_record(actor=SYSTEM, company_id=link.company_id, action="connector.conflict_opened",
+                        entity_type="connector_link", entity_id=link.pk,
+                        details={"conflictId": str(conflict.pk), "kind": kind, "field": field, "detail": detail,
+                                 "eventKey": key, "instanceId": str(link.instance_id)})
+    return conflict, True
+
+
+def deletion_handle(*, link: TaskLink, issue: Issue, actor_text: str, key: str, what: str = "deleted") -> bool:
+    """§6.4: never delete or cancel the issue; a deletion conflict, a note, and the link in conflict."""
+    detail = f"external task {what}"
+    _, created = conflict_open(link=link, kind=ConflictKind.DELETION, detail=detail,
+                               external={"deleted": True}, paperclip={"status": issue.status},
+                               actors={"external": actor_text}, key=key)
+    if created:
+        note(issue, f"The linked external task {link.external_key or link.external_task_id} was {what} by "
+                    f"{actor_text}. This issue is kept as it is: continue, unlink, or cancel it yourself.",
+             link=link, key=key, kind="deletion")
+    return created
+
+
+def backlink_record(*, link: TaskLink, instance: ConnectorInstance, issue: Issue):
+    if writes_allowed(link, instance, "set_backlink", "postBacklink"):
+        from .common import conf
+
+        url = f"{conf('PUBLIC_BASE_URL').rstrip('/')}/issues/{issue.identifier}"
+        outbound_record(link=link, kind=OutboundKind.BACKLINK, source_id=str(issue.pk), payload={"url": url})
+
+
+def link_manual(*, actor, instance: ConnectorInstance, issue: Issue, task: ExternalTask, key: str) -> TaskLink:
+    """§6.2 manual link: pair an existing external task and an existing issue. The base snapshot is
+    computed from both sides; where they differ, a conflict is queued instead of picking a winner."""
+    from django.db import IntegrityError
+
+    from issues.exceptions import Conflict as ConflictError
+
+    label = provider_label(instance)
+    try:
+        with transaction.atomic():
+            link = link_create(instance=instance, issue=issue, task=task, key=key, origin_side=OriginSide.MANUAL_LINK,
+                               cause="manual link")
+    except IntegrityError:
+        raise ConflictError("The issue or the external task already has an active link on this connector.",
+                            code="already_linked", details={"issueId": [str(issue.pk)],
+                                                           "externalTaskId": [task.external_id]})
+    ext = external_snapshot(task, label)
+    diverged = []
+    if issue.title != ext["title"]:
+        diverged.append(("title", issue.title, ext["title"]))
+    for field, paperclip_value, external_value in diverged:
+        conflict_open(link=link, kind=ConflictKind.FIELD, field=field, detail=f"{field} differs at manual link",
+                      base=None, external=external_value, paperclip=paperclip_value, key=key)
+    if not diverged:
+        link_set_status(link, LinkStatus.HEALTHY, "manual link: both sides agree", detail="", key=key)
+    activity_record(actor=actor, company_id=link.company_id, action="connector.link_created",
+                    entity_type="connector_link", entity_id=link.pk,
+                    details={"instanceId": str(instance.pk), "issueId": str(issue.pk), "originSide": "manual_link",
+                             "externalTaskId": task.external_id, "externalKey": task.external_key,
+                             "idempotencyKey": key, "divergedFields": [d[0] for d in diverged]})
+    return link

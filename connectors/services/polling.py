@@ -1,0 +1,260 @@
+"""Polling backstop (§7.1.2) and reconciliation (§7.1.3, §15.4).
+
+A poll page's effects and its cursor commit in one transaction (§4.1.7): a crash in between
+rolls both back, and the next poll re-applies the page idempotently. Reconciliation reads a
+rolling window of links per tick (cursor ``reconcile:links``) with batched state calls."""
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from connectors.choices import (
+    UNFINISHED_EVENT_STATUSES,
+    ErrorCategory,
+    EventSource,
+    EventStatus,
+    InstanceStatus,
+    LinkStatus,
+)
+from connectors.models import ConnectorInstance, InboundEvent, SyncCursor, TaskLink
+from connectors.providers.base import (
+    EventKind,
+    ExternalTask,
+    ExternalTaskRef,
+    ProviderError,
+    VerifiedEvent,
+    normalize_state_name,
+)
+
+from .common import adapter_for, conf, sync_error_record
+from .inbound import event_apply, event_store, kick
+
+RECONCILE_SCOPE = "reconcile:links"
+
+
+def cursor_get(instance, scope: str) -> str | None:
+    value = SyncCursor.objects.filter(instance=instance, scope=scope).values_list("cursor", flat=True).first()
+    return value or None
+
+
+def cursor_save(instance, scope: str, value: str | None):
+    SyncCursor.objects.update_or_create(instance=instance, scope=scope, defaults={"cursor": value or ""})
+
+
+def _task_key(task: ExternalTask) -> str:
+    mark = task.revision or (task.updated_at.isoformat() if task.updated_at else "")
+    if not mark:
+        import hashlib
+        import json
+
+        from . import codec
+
+        mark = hashlib.sha256(json.dumps(codec.dump(task), sort_keys=True).encode()).hexdigest()[:32]
+    return f"poll:{task.external_id}:{mark}"
+
+
+def _task_event(task: ExternalTask, key: str, action: str) -> VerifiedEvent:
+    return VerifiedEvent(event_id=key, kind=EventKind.TASK_UPSERTED, action=action, external_task_id=task.external_id,
+                         occurred_at=task.updated_at, task=task, container_id=task.container_id)
+
+
+def poll_page_apply(*, instance: ConnectorInstance, scope: str, page, source: str = EventSource.POLL) -> list[str]:
+    """Store and apply one page, then save its cursor — all in the caller's transaction. Tasks with
+    earlier unfinished events are left queued behind them (per-task order)."""
+    changed = []
+    for task in page.items:
+        event, created = event_store(instance=instance, event=_task_event(task, _task_key(task), "poll"),
+                                     source=source, verification="api-read")
+        if not created:
+            continue
+        changed.append(task.external_id)
+        earlier = InboundEvent.objects.filter(instance=instance, external_task_id=task.external_id,
+                                              status__in=UNFINISHED_EVENT_STATUSES, id__lt=event.pk).exists()
+        if earlier:
+            kick(instance.pk, task.external_id)
+            continue
+        try:
+            with transaction.atomic():
+                outcome = event_apply(instance=instance, event=event)
+                InboundEvent.objects.filter(pk=event.pk).update(
+                    status=outcome.status, outcome=outcome.text[:300], attempts=1, applied_at=timezone.now(),
+                    last_attempt_at=timezone.now())
+        except Exception:  # left pending: the worker applies it with retry accounting
+            kick(instance.pk, task.external_id)
+    if page.cursor:
+        cursor_save(instance, f"tasks:{scope}", page.cursor)
+    return changed
+
+
+def instance_poll(*, instance_id, max_pages: int | None = None) -> dict:
+    instance = ConnectorInstance.objects.filter(pk=instance_id).first()
+    if instance is None or instance.status == InstanceStatus.PAUSED:
+        return {"pages": 0, "tasks": 0}
+    max_pages = max_pages or int(conf("POLL_MAX_PAGES"))
+    pages = tasks = 0
+    try:
+        adapter = adapter_for(instance)
+    except Exception as exc:
+        sync_error_record(instance=instance, category=ErrorCategory.PROVIDER_AUTH, message=f"Poll skipped: {exc}")
+        return {"pages": 0, "tasks": 0, "error": str(exc)}
+    for scope in instance.containers or []:
+        cursor = cursor_get(instance, f"tasks:{scope}")
+        relisted = False
+        while pages < max_pages:
+            try:
+                page = adapter.list_candidate_tasks(scope, cursor)
+            except ProviderError as exc:
+                if exc.category == ErrorCategory.CURSOR_INVALID and cursor and not relisted:
+                    # §5.4: a bounded full re-list with idempotent re-apply; never wipe and re-import.
+                    sync_error_record(instance=instance, category=exc.category,
+                                      message=f"Cursor for {scope} rejected; re-listing: {exc}")
+                    cursor, relisted = None, True
+                    continue
+                sync_error_record(instance=instance, category=exc.category, message=f"Poll of {scope} failed: {exc}")
+                _degrade(instance, exc)
+                break
+            with transaction.atomic():
+                tasks += len(poll_page_apply(instance=instance, scope=scope, page=page))
+            pages += 1
+            if not page.cursor or page.cursor == cursor:
+                break
+            cursor = page.cursor
+    ConnectorInstance.objects.filter(pk=instance.pk).update(last_poll_at=timezone.now())
+    return {"pages": pages, "tasks": tasks}
+
+
+def _degrade(instance, exc: ProviderError):
+    if exc.retry_after:
+        from datetime import timedelta
+
+        ConnectorInstance.objects.filter(pk=instance.pk).update(
+            provider_degraded_until=timezone.now() + timedelta(seconds=float(exc.retry_after)))
+
+
+def instance_reconcile(*, instance_id, batch: int | None = None) -> dict:
+    """One rate-bounded reconciliation tick over the next window of links."""
+    instance = ConnectorInstance.objects.filter(pk=instance_id).first()
+    if instance is None or instance.status == InstanceStatus.PAUSED:
+        return {"links": 0}
+    batch = batch or instance.reconcile_batch_size
+    state_batch = int(conf("STATE_BATCH"))
+    after = cursor_get(instance, RECONCILE_SCOPE)
+    qs = (TaskLink.objects.filter(instance=instance).exclude(status__in=(LinkStatus.UNLINKED, LinkStatus.PAUSED))
+          .order_by("id").values("id", "external_task_id", "external_key", "external_state_name",
+                                 "external_state_category"))
+    window = list((qs.filter(id__gt=after) if after else qs)[:batch])
+    if not window and after:
+        window = list(qs[:batch])  # wrapped around
+    if not window:
+        _reconciled(instance, [], "")
+        return {"links": 0}
+    adapter = adapter_for(instance)
+    states, read = {}, []
+    for start in range(0, len(window), state_batch):
+        chunk = window[start:start + state_batch]
+        refs = [ExternalTaskRef(external_id=w["external_task_id"], external_key=w["external_key"] or None)
+                for w in chunk]
+        try:
+            states.update(adapter.get_task_states(refs))
+        except ProviderError as exc:
+            # §5.4: keep link state; do not advance past what was not read.
+            sync_error_record(instance=instance, category=exc.category, message=f"Reconcile state refresh failed: {exc}")
+            _degrade(instance, exc)
+            break
+        read += chunk
+    deleted = diverged = 0
+    for row in read:
+        if row["external_task_id"] not in states:
+            continue
+        state = states[row["external_task_id"]]
+        ref = ExternalTaskRef(external_id=row["external_task_id"], external_key=row["external_key"] or None)
+        if state is None:
+            with transaction.atomic():
+                _, created = event_store(instance=instance, source=EventSource.RECONCILE, event=VerifiedEvent(
+                    event_id=f"reconcile:{row['id']}:missing", kind=EventKind.TASK_DELETED, action="reconcile.missing",
+                    external_task_id=row["external_task_id"]))
+                if created:
+                    kick(instance.pk, row["external_task_id"])
+            deleted += created
+            continue
+        if normalize_state_name(state.name) != normalize_state_name(row["external_state_name"]) or \
+                state.category != row["external_state_category"]:
+            try:
+                task = adapter.get_task(ref)
+            except ProviderError as exc:
+                sync_error_record(instance=instance, category=exc.category, message=f"Reconcile read failed: {exc}")
+                continue
+            with transaction.atomic():
+                _, created = event_store(instance=instance, source=EventSource.RECONCILE,
+                                         event=_task_event(task, "reconcile:" + _task_key(task)[5:], "reconcile"))
+                if created:
+                    kick(instance.pk, task.external_id)
+            diverged += created
+    last = str(read[-1]["id"]) if read else (after or "")
+    if read and len(window) < batch and read[-1] is window[-1]:
+        last = ""  # the end of the links: the next tick starts over
+    _reconciled(instance, [r["id"] for r in read], last)
+    return {"links": len(read), "deleted": deleted, "diverged": diverged, "cursor": last}
+
+
+def _reconciled(instance, link_ids, cursor: str):
+    now = timezone.now()
+    with transaction.atomic():
+        if link_ids:
+            TaskLink.objects.filter(pk__in=link_ids).update(last_reconcile_at=now)
+        cursor_save(instance, RECONCILE_SCOPE, cursor)
+        ConnectorInstance.objects.filter(pk=instance.pk).update(last_reconcile_at=now)
+
+
+def due_instances(now=None):
+    """Instances whose poll or reconcile interval has elapsed (used by the beat sweep)."""
+    now = now or timezone.now()
+    out = []
+    for inst in ConnectorInstance.objects.filter(status=InstanceStatus.ACTIVE).only(
+            "id", "poll_interval_seconds", "reconcile_interval_seconds", "last_poll_at", "last_reconcile_at",
+            "provider_degraded_until"):
+        if inst.provider_degraded_until and inst.provider_degraded_until > now:
+            continue
+        poll = inst.last_poll_at is None or (now - inst.last_poll_at).total_seconds() >= inst.poll_interval_seconds
+        rec = inst.last_reconcile_at is None or \
+            (now - inst.last_reconcile_at).total_seconds() >= inst.reconcile_interval_seconds
+        out.append((inst.pk, poll, rec))
+    return out
+
+
+def events_due(now=None, limit: int | None = None) -> list[tuple]:
+    """(instance id, external task id) with a due retry or a stale pending event (lost kick)."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=int(conf("STALE_PENDING_SECONDS")))
+    qs = (InboundEvent.objects.filter(instance__status=InstanceStatus.ACTIVE)
+          .filter(Q(status=EventStatus.FAILED, next_attempt_at__lte=now) | Q(status=EventStatus.PENDING,
+                                                                              received_at__lte=stale))
+          .exclude(external_task_id="").values_list("instance_id", "external_task_id").distinct())
+    return list(qs[: limit or int(conf("SWEEP_BATCH"))])
+
+
+def retention_prune(now=None) -> dict:
+    """Keep the inbox and the error log bounded on a busy installation: finished events older than
+    the retention window lose their row (their effects and the audit log remain; a very late
+    re-delivery is still harmless: stale snapshots are dropped and comments are deduplicated by
+    their external id), and each instance keeps its newest 1,000 health entries."""
+    from datetime import timedelta
+
+    from connectors.models import SyncError
+
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=int(conf("EVENT_RETENTION_DAYS")))
+    events, _ = InboundEvent.objects.filter(status__in=(EventStatus.APPLIED, EventStatus.DROPPED),
+                                            received_at__lt=cutoff).delete()
+    errors = 0
+    for instance_id in ConnectorInstance.objects.values_list("pk", flat=True):
+        keep_from = (SyncError.objects.filter(instance_id=instance_id).order_by("-at", "-id")
+                     .values_list("id", flat=True)[999:1000])
+        keep_from = list(keep_from)
+        if keep_from:
+            errors += SyncError.objects.filter(instance_id=instance_id, id__lt=keep_from[0]).delete()[0]
+    return {"events": events, "errors": errors}

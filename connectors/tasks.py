@@ -1,0 +1,46 @@
+"""Thin Celery tasks: ids in, services do the work."""
+from celery import shared_task
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def process_task_events(instance_id: str, external_task_id: str):
+    from connectors.services.inbound import task_events_process
+
+    task_events_process(instance_id=instance_id, external_task_id=external_task_id)
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def resync_link(link_id: str):
+    from connectors.services.interventions import link_resync_now
+
+    link_resync_now(link_id=link_id)
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def poll_instance(instance_id: str):
+    from connectors.services.polling import instance_poll
+
+    instance_poll(instance_id=instance_id)
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def reconcile_instance(instance_id: str):
+    from connectors.services.polling import instance_reconcile
+
+    instance_reconcile(instance_id=instance_id)
+
+
+@shared_task(ignore_result=True)
+def sweep():
+    """The beat safety net: due retries, pending events whose kick was lost (restart recovery),
+    and due polls / reconciliation ticks."""
+    from connectors.services.polling import due_instances, events_due, retention_prune
+
+    for instance_id, task_id in events_due():
+        process_task_events.delay(str(instance_id), task_id)
+    for instance_id, poll, reconcile in due_instances():
+        if poll:
+            poll_instance.delay(str(instance_id))
+        if reconcile:
+            reconcile_instance.delay(str(instance_id))
+    retention_prune()

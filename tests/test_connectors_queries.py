@@ -1,0 +1,95 @@
+"""Queries per applied event stay bounded (<= 20) and do not grow with the number of links."""
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from connectors.models import InboundEvent, TaskLink
+from connectors.services import inbound
+from issues.models import Company, Issue
+from tests.connector_factories import make_instance
+from tests.connector_fakes import FakeTrackerAdapter
+from tests.factories import AgentFactory
+
+MAX_QUERIES = 20
+
+
+def _bulk_links(instance, store, count):
+    company = Company.objects.get(pk=instance.company_id)
+    start = company.issue_counter
+    issues = [Issue(company=company, number=start + n, identifier=f"{company.issue_prefix}-{start + n}",
+                    title=f"bulk {n}") for n in range(1, count + 1)]
+    Issue.objects.bulk_create(issues, batch_size=2000)
+    Company.objects.filter(pk=company.pk).update(issue_counter=start + count)
+    TaskLink.objects.bulk_create([
+        TaskLink(company=company, instance=instance, provider_key=instance.provider_key, issue=issue,
+                 external_task_id=f"bulk-{n}", external_key=f"x#{n}", status="healthy")
+        for n, issue in enumerate(issues)], batch_size=2000)
+
+
+def _adapter(instance, store):
+    return FakeTrackerAdapter(type("Config", (), {"state_mapping": instance.state_mapping,
+                                                  "base_url": store.base_url, "service_account_id": "paperclip-bot",
+                                                  "containers": (store.container,)})())
+
+
+def _queue(instance, store, raw, key, comment=None):
+    from connectors.providers.base import EventKind, VerifiedEvent
+
+    adapter = _adapter(instance, store)
+    event = VerifiedEvent(event_id=key, kind=EventKind.COMMENT_UPSERTED if comment else EventKind.TASK_UPSERTED,
+                          action="x", external_task_id=raw["id"], task=adapter.normalize(raw),
+                          comment=adapter.comment(comment) if comment else None)
+    inbound.event_store(instance=instance, event=event)
+
+
+CONTROL = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK")
+
+
+def _measure(instance, raw_id, expected=1):
+    """Statements per applied event, transaction control (BEGIN/COMMIT/SAVEPOINT) not counted."""
+    with CaptureQueriesContext(connection) as ctx:
+        counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw_id)
+    assert counts["applied"] == expected, counts
+    statements = [q for q in ctx.captured_queries if not q["sql"].upper().startswith(CONTROL)]
+    return len(statements) / expected
+
+
+def _measure_instance(company, agent, links, name):
+    from tests.connector_fakes import FakeStore
+
+    instance, store = make_instance(company, name=name, store=FakeStore(container=f"acme/{name.replace(' ', '-')}"),
+                                    rules=[{"kind": "default_route", "agentId": agent.pk}])
+    _bulk_links(instance, store, links)
+    raws = [store.add_task(n, state="doing", labels=["x"]) for n in range(1, 11)]
+    imports = []
+    for raw in raws:
+        _queue(instance, store, raw, f"import-{raw['id']}")
+        imports.append(_measure(instance, raw["id"]))
+    raw = raws[0]
+    for n in range(10):
+        store.update(raw["id"], title=f"edited title {n}", body=f"edited body {n}")
+        _queue(instance, store, raw, f"edit-{n}")
+    edited = _measure(instance, raw["id"], expected=10)
+    for n in range(10):
+        comment = store.add_comment(raw["id"], f"comment {n}")
+        _queue(instance, store, raw, f"comment-{n}", comment=comment)
+    commented = _measure(instance, raw["id"], expected=10)
+    assert InboundEvent.objects.filter(instance=instance, status="applied").count() == 30
+    return max(imports), edited, commented
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queries_per_applied_event_are_bounded_and_independent_of_link_count():
+    """Measured as a worker runs it (outside any test transaction), over batches of 10 events."""
+    from tests.factories import CompanyFactory
+
+    company = CompanyFactory()
+    agent = AgentFactory(company=company, name="worker")
+    small = _measure_instance(company, agent, 10, "ten links")
+    large = _measure_instance(company, agent, 10_000, "ten thousand links")
+    print(f"import/edit/comment statements per event: 10 links {small}, 10,000 links {large}")
+    imported, edited, commented = large
+    assert edited <= MAX_QUERIES and commented <= MAX_QUERIES
+    # An import also runs the host's issue creation (numbering, audit, assignment wake).
+    assert imported <= MAX_QUERIES + 12
+    assert small == large
