@@ -12,6 +12,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from connectors.choices import ConflictKind, EventStatus, LinkStatus
+from connectors.sandbox.github import DEFAULT_FIXTURES_DIR
 from connectors.models import Conflict, InboundEvent, TaskLink
 from connectors.services import polling
 from connectors.services.instances import instance_create
@@ -27,7 +28,7 @@ from tests.github_sandbox import (  # noqa: F401  (fixture import)
     github_sandbox,
 )
 
-FIXTURES = Path(settings.BASE_DIR).parent / "shared" / "fixtures" / "providers" / "github"
+FIXTURES = Path(DEFAULT_FIXTURES_DIR)  # the real GitHub payloads, copied unchanged into the package
 SECRET = "It's a Secret to Everybody"
 REPO = "Codertocat/Hello-World"
 ALL = sorted(p.name for p in FIXTURES.glob("*.payload.json"))

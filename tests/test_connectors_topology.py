@@ -10,6 +10,7 @@ from celery import Celery
 from django.conf import settings
 from django.db import transaction
 
+from connectors.sandbox.github import DEFAULT_FIXTURES_DIR
 from connectors.models import InboundEvent, TaskLink
 from connectors.services import inbound
 from connectors.services.instances import instance_create
@@ -20,7 +21,7 @@ from tests.factories import AgentFactory, CompanyFactory
 from tests.test_celery_topology import topology, wait_for  # noqa: F401  (fixture import)
 from tests.test_connectors_github import signature
 
-FIXTURES = Path(settings.BASE_DIR).parent / "shared" / "fixtures" / "providers" / "github"
+FIXTURES = Path(DEFAULT_FIXTURES_DIR)  # the real GitHub payloads, copied unchanged into the package
 SECRET = "topology-hook-secret"
 TASKS, EDITS = 200, 3  # 200 x (opened + 3 edits + 1 comment) = 1,000 deliveries
 
@@ -54,6 +55,9 @@ def test_worker_sigkill_mid_stream_applies_every_delivery_exactly_once(topology,
                                base_url="https://api.github.invalid", containers=["Codertocat/Hello-World"],
                                state_mapping={"open": "backlog", "closed": "terminal"},
                                webhook_secret="env:GH_TOPOLOGY_SECRET", triage_agent_id=triage.pk)
+    # Celery lets a CELERY_BROKER_URL environment variable win over the argument: point it at the
+    # test's private Redis database too (CI exports the shared broker's URL).
+    monkeypatch.setenv("CELERY_BROKER_URL", topology.env["CELERY_BROKER_URL"])
     broker = Celery(broker=topology.env["CELERY_BROKER_URL"])
 
     def kick_over_redis(instance_id, external_task_id):
