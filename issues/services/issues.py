@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from issues import events
@@ -83,6 +82,16 @@ def _status_timestamps(issue: Issue, new_status: str, now):
             setattr(issue, name, value)
 
 
+def _next_issue_number(company_id) -> int:
+    """One statement: the UPDATE takes the company row lock (serializing numbering) and returns
+    the new counter (RETURNING: PostgreSQL, SQLite >= 3.35)."""
+    table = Company._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f'UPDATE "{table}" SET "issue_counter" = "issue_counter" + 1 WHERE "id" = %s '
+                       'RETURNING "issue_counter"', [Company._meta.pk.get_db_prep_value(company_id, connection)])
+        return cursor.fetchone()[0]
+
+
 def issue_create(
     *,
     actor: Actor,
@@ -124,11 +133,7 @@ def issue_create(
             company=company,
         )
 
-        locked = Company.objects.select_for_update().get(pk=company.pk)
-        locked.issue_counter = F("issue_counter") + 1
-        locked.save(update_fields=["issue_counter"])
-        locked.refresh_from_db(fields=["issue_counter"])
-        number = locked.issue_counter
+        number = _next_issue_number(company.pk)
 
         origin_issue = None
         if actor.is_agent:

@@ -166,6 +166,7 @@ def wake_assignee(*, issue: Issue, source: str, reason: str, comment_ids=(),
     """Assignment and new comments wake the assigned agent; its own comments never do."""
     if issue.assignee_agent_id is None or issue.status not in ACTIONABLE or author_agent_id == issue.assignee_agent_id:
         return None
-    agent = Agent.objects.get(pk=issue.assignee_agent_id)
+    # agent_wakeup locks and re-reads the agent row itself; this only names it.
+    agent = Agent(pk=issue.assignee_agent_id, company_id=issue.company_id)
     return agent_wakeup(actor=SYSTEM, agent=agent, source=source, reason=reason, issue=issue,
                         comment_ids=comment_ids)
