@@ -4,3 +4,15 @@ from django.apps import AppConfig
 class ConnectorsConfig(AppConfig):
     name = "connectors"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from . import receivers  # noqa: F401  (connects the outbound engine to the issues events)
+
+        # Console panels on the issues app's pages (issues never imports connectors).
+        from issues.console.dashboard import register_dashboard_panel
+        from issues.console.panels import register_issue_panel
+
+        from .console.panels import dashboard_panel, issue_link_panel
+
+        register_dashboard_panel(dashboard_panel)
+        register_issue_panel(issue_link_panel)

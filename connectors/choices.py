@@ -169,3 +169,13 @@ class InterventionAction(models.TextChoices):
     CONFLICT_DISMISS = "conflict.dismiss"
     TASK_IMPORT = "task.import"
     LINK_CREATE = "link.create"
+
+
+class ConflictAction(models.TextChoices):
+    """§11.3 resolution actions."""
+
+    KEEP_PAPERCLIP = "keep_paperclip"
+    KEEP_EXTERNAL = "keep_external"
+    MERGE_MANUAL = "merge_manual"
+    UNLINK = "unlink"
+    DISMISS = "dismiss"

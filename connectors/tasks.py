@@ -30,10 +30,23 @@ def reconcile_instance(instance_id: str):
     instance_reconcile(instance_id=instance_id)
 
 
+@shared_task(ignore_result=True, acks_late=True)
+def deliver_outbound(effect_id: int):
+    from connectors.services.outbound import effect_deliver
+
+    try:
+        effect_deliver(effect_id=effect_id)
+    except Exception:  # never lose the worker: the sweep retries what is still pending
+        import logging
+
+        logging.getLogger("connectors.outbound").exception("outbound effect %s delivery crashed", effect_id)
+
+
 @shared_task(ignore_result=True)
 def sweep():
     """The beat safety net: due retries, pending events whose kick was lost (restart recovery),
     and due polls / reconciliation ticks."""
+    from connectors.services.outbound import effects_due
     from connectors.services.polling import due_instances, events_due, retention_prune
 
     for instance_id, task_id in events_due():
@@ -43,4 +56,6 @@ def sweep():
             poll_instance.delay(str(instance_id))
         if reconcile:
             reconcile_instance.delay(str(instance_id))
+    for effect_id in effects_due():
+        deliver_outbound.delay(effect_id)
     retention_prune()

@@ -13,6 +13,10 @@ issue_updated = Signal()  # issue, actor, changes
 issue_updated_atomic = Signal()  # issue, actor, changes
 issue_checked_out = Signal()  # issue, actor, run_id
 comment_created = Signal()  # comment, actor
+# Sent inside the transaction (like issue_updated_atomic): the connectors outbox records its effects here.
+comment_created_atomic = Signal()  # comment, actor
+issue_checked_out_atomic = Signal()  # issue, actor, run_id
+run_finished_atomic = Signal()  # run
 run_finished = Signal()  # run
 sweep_ticked = Signal()  # now; sent synchronously by the periodic sweep; receivers return a report dict
 

@@ -51,7 +51,7 @@ def build(prefix, capture):
     body, _ = store.delivery("task", raw["id"])
     post_webhook(APIClient(), instance, body, capture=capture)
     link = TaskLink.objects.get(instance=instance)
-    link_services.conflict_open(link=link, kind=ConflictKind.DELETION, detail="test")
+    conflict, _ = link_services.conflict_open(link=link, kind=ConflictKind.DELETION, detail="test")
     event = InboundEvent.objects.get(instance=instance)
     InboundEvent.objects.filter(pk=event.pk).update(status="parked")  # replayable
     store.add_task(2)  # not yet linked: for import and manual link
@@ -59,13 +59,15 @@ def build(prefix, capture):
 
     issue2 = IssueFactory(company=company, title=f"{prefix} unlinked issue")
     return SimpleNamespace(company=company, agent=agent, raw_key=raw_key, run=run, project=project,
-                           instance=instance, store=store, link=link, event=event, issue=link.issue, issue2=issue2)
+                           instance=instance, store=store, link=link, event=event, issue=link.issue, issue2=issue2,
+                           conflict=conflict)
 
 
 def ghost():
     new = SimpleNamespace
     return SimpleNamespace(company=new(pk=uuid.uuid4()), agent=new(pk=uuid.uuid4()), project=new(pk=uuid.uuid4()),
                            instance=new(pk=uuid.uuid4()), link=new(pk=uuid.uuid4()), event=new(pk=987654321),
+                           conflict=new(pk=uuid.uuid4()),
                            issue=new(pk=uuid.uuid4(), identifier="ZZ-9999"),
                            issue2=new(pk=uuid.uuid4(), identifier="ZZ-9998"))
 
@@ -141,6 +143,8 @@ CASES = [
     Case("link-get", "connector-link-detail", "GET", lambda o, t: (f"/api/connector-links/{s(t.link)}", None)),
     Case("link-activity", "connector-link-activity", "GET",
          lambda o, t: (f"/api/connector-links/{s(t.link)}/activity", None)),
+    Case("link-outbound", "connector-link-outbound", "GET",
+         lambda o, t: (f"/api/connector-links/{s(t.link)}/outbound", None)),
     Case("link-pause", "connector-link-pause", "POST", lambda o, t: (f"/api/connector-links/{s(t.link)}/pause", KEY)),
     Case("link-resume", "connector-link-resume", "POST",
          lambda o, t: (f"/api/connector-links/{s(t.link)}/resume", KEY)),
@@ -150,6 +154,10 @@ CASES = [
          lambda o, t: (f"/api/connector-links/{s(t.link)}/unlink", KEY)),
     Case("event-replay", "connector-event-replay", "POST",
          lambda o, t: (f"/api/connector-events/{s(t.event)}/replay", KEY)),
+    Case("conflict-get", "connector-conflict-detail", "GET",
+         lambda o, t: (f"/api/connector-conflicts/{s(t.conflict)}", None)),
+    Case("conflict-resolve", "connector-conflict-resolve", "POST",
+         lambda o, t: (f"/api/connector-conflicts/{s(t.conflict)}/resolve", {"action": "dismiss", **KEY})),
     Case("issue-links[uuid]", "connector-issue-links", "GET",
          lambda o, t: (f"/api/issues/{s(t.issue)}/connector-links", None)),
     Case("issue-links[identifier]", "connector-issue-links", "GET",

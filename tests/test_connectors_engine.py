@@ -64,7 +64,8 @@ def test_opened_task_becomes_one_issue_with_attribution_link_and_triage(
     assert issue.assignee_agent == triage  # no rule: triage fallback
     assert issue.status == "backlog"  # "todo" maps to backlog
     assert link.status == LinkStatus.HEALTHY and link.origin_side == "external"
-    assert [t.to_status for t in LinkTransition.objects.filter(link=link)] == ["pending", "healthy"]
+    # Import and first sync commit together: the link is born healthy, with one transition.
+    assert [(t.from_status, t.to_status) for t in LinkTransition.objects.filter(link=link)] == [("", "healthy")]
     assert Comment.objects.filter(issue=issue, body__startswith="Unresolved routing").exists()
     event = InboundEvent.objects.get(instance=instance)
     assert event.status == EventStatus.APPLIED and event.verified

@@ -177,6 +177,7 @@ class LinkSerializer(serializers.Serializer):
     statusDetail = serializers.CharField(source="status_detail", allow_null=True)
     routing = serializers.JSONField()
     claim = serializers.SerializerMethodField()
+    lastWakeAt = serializers.DateTimeField(source="last_wake_at", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
 
@@ -191,6 +192,14 @@ class LinkSerializer(serializers.Serializer):
 
 class LinkDetailSerializer(LinkSerializer):
     transitions = serializers.SerializerMethodField()
+    dispatch = serializers.SerializerMethodField()
+
+    def get_dispatch(self, obj) -> dict:
+        """Symphony profile claim/run/retry/release state (§9.3, §12.3)."""
+        from ..services.symphony import dispatch_state
+
+        return dispatch_state(obj)
+
     openConflicts = serializers.SerializerMethodField()
     envelope = serializers.JSONField()
 
@@ -245,3 +254,35 @@ class ActivitySerializer(serializers.Serializer):
     actorAgentId = serializers.UUIDField(source="actor_agent_id", allow_null=True)
     details = serializers.JSONField()
     createdAt = serializers.DateTimeField(source="created_at")
+
+
+class ConflictDetailSerializer(ConflictSerializer):
+    connectorInstanceId = serializers.UUIDField(source="instance_id")
+    issueId = serializers.UUIDField(source="link.issue_id")
+    linkStatus = serializers.CharField(source="link.status")
+    resolutionKey = serializers.CharField(source="resolution_key")
+    resolutionValue = serializers.JSONField(source="resolution_value")
+    resolvedByUserId = serializers.IntegerField(source="resolved_by_user_id", allow_null=True)
+
+
+class ConflictResolveSerializer(StrictSerializer):
+    action = serializers.ChoiceField(choices=["keep_paperclip", "keep_external", "merge_manual", "unlink", "dismiss"])
+    mergedValue = serializers.JSONField(required=False)
+    idempotencyKey = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    expectedStatus = serializers.ChoiceField(choices=["open", "resolved", "dismissed"], required=False,
+                                             default="open")
+
+
+class OutboundEffectSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    linkId = serializers.UUIDField(source="link_id")
+    kind = serializers.CharField()
+    sourceId = serializers.CharField(source="source_id")
+    status = serializers.CharField()
+    payload = serializers.JSONField()
+    attempts = serializers.IntegerField()
+    nextAttemptAt = serializers.DateTimeField(source="next_attempt_at", allow_null=True)
+    externalRef = serializers.CharField(source="external_ref")
+    errorMessage = serializers.CharField(source="error_message")
+    createdAt = serializers.DateTimeField(source="created_at")
+    doneAt = serializers.DateTimeField(source="done_at", allow_null=True)

@@ -11,6 +11,8 @@ from issues.actors import actor_from_request
 from issues.api.views import ERRORS, LIST_PARAMS, parse
 from issues.filtersets import openapi_parameters
 from issues.models import Issue
+
+from ..models import Conflict
 from issues.selectors import get_by_ref
 
 from .. import selectors
@@ -232,3 +234,51 @@ class IssueConnectorLinksView(APIView):
         links = selectors.issue_links(actor=actor, issue_ref=issue_id)
         iv.require_board(actor)
         return Response(s.LinkSerializer(links, many=True).data)
+
+
+def _conflict(request, conflict_id):
+    from ..services.conflicts import conflict_get
+
+    actor = actor_from_request(request)
+    conflict = conflict_get(actor=actor, pk=conflict_id)
+    iv.require_board(actor)
+    return actor, conflict
+
+
+class ConflictDetailView(APIView):
+    @extend_schema(responses={200: s.ConflictDetailSerializer, **ERRORS}, operation_id="connector_conflicts_retrieve")
+    def get(self, request, conflict_id):
+        _, conflict = _conflict(request, conflict_id)
+        return Response(s.ConflictDetailSerializer(conflict).data)
+
+
+class ConflictResolveView(APIView):
+    @extend_schema(request=s.ConflictResolveSerializer, responses={200: s.ConflictDetailSerializer, **ERRORS},
+                   operation_id="connector_conflicts_resolve",
+                   description="Operators and above. keep_paperclip / keep_external / merge_manual (mergedValue) / "
+                               "unlink / dismiss. 409 conflict_not_open when someone resolved it meanwhile.")
+    def post(self, request, conflict_id):
+        from ..services.conflicts import conflict_resolve
+
+        actor, conflict = _conflict(request, conflict_id)
+        data = parse(s.ConflictResolveSerializer, request)
+        row = conflict_resolve(actor=actor, conflict=conflict, action=data["action"],
+                               merged_value=data.get("mergedValue"), expected_status=data["expectedStatus"],
+                               idempotency_key=data["idempotencyKey"])
+        row = Conflict.objects.select_related("link").get(pk=row.pk)
+        return Response(s.ConflictDetailSerializer(row).data)
+
+
+class LinkOutboundView(APIView):
+    @extend_schema(parameters=LIST_PARAMS, responses={200: s.OutboundEffectSerializer(many=True), **ERRORS},
+                   operation_id="connector_links_outbound",
+                   description="The link's outbound effects (the write outbox, §10), newest first.")
+    def get(self, request, link_id):
+        from issues.selectors import list_window
+
+        from ..models import OutboundEffect
+
+        _, link = _link(request, link_id)
+        limit, offset = list_window(request.query_params)
+        effects = OutboundEffect.objects.filter(link=link).order_by("-id")[offset:offset + limit]
+        return Response(s.OutboundEffectSerializer(effects, many=True).data)

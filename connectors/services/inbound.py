@@ -40,7 +40,7 @@ from issues.services.activity import activity_record
 from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 
-from . import codec, commands as command_service, content, links, routing
+from . import codec, commands as command_service, content, links, routing, symphony
 from .common import adapter_for, conf, link_first_sync_ok, link_set_status, sync_error_record
 
 ACTIVE_ISSUE_STATUSES = (IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueStatus.BLOCKED)
@@ -242,6 +242,8 @@ def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     link = active_link(instance, task.external_id)
     if link is None:
         return task_import(instance=instance, task=task, key=key, actor=verified.actor)
+    if verified.actor is not None and _own_actor(instance, verified.actor):
+        return dropped("the connector's own change (echo)")
     return link_apply_task(instance=instance, link=link, task=task, key=key, actor=verified.actor)
 
 
@@ -270,10 +272,13 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
         origin_id=content.attribution_key(instance.pk, task.external_id),
     )
     link = links.link_create(instance=instance, issue=issue, task=task, key=key, origin_side=OriginSide.EXTERNAL,
-                             routing=decision.as_dict(), cause="imported")
+                             routing=decision.as_dict(), cause="imported", status=LinkStatus.HEALTHY)
     _routing_problems(instance, link, decision, issue, key)
     _state_mapping_check(instance, link, task, previous_name=None)
     links.backlink_record(link=link, instance=instance, issue=issue)
+    from .outbound import kick_pending
+
+    kick_pending(link)
     _audit(link, "connector.task_imported", key, {"issueId": str(issue.pk), "identifier": issue.identifier,
                                                   "routing": decision.as_dict(), "actor": content.actor_dict(actor)})
     link_first_sync_ok(link, key)
@@ -345,31 +350,15 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
     base = link.base_snapshot or {}
     base_ext, base_pc = base.get("external") or {}, base.get("paperclip") or {}
     ext = links.external_snapshot(task, label)
+    ext["dueAt"] = task.due_at.isoformat() if task.due_at else None
     issue = link.issue
     observer = link.sync_mode == SyncMode.OBSERVER
     changes, notes = {}, []
     actor_text = content.actor_label(actor)
 
+    held = set()  # fields in conflict: their base stays where it was until the conflict is resolved
     if not observer:
-        for field in ("title", "description"):
-            if ext[field] == base_ext.get(field):
-                continue
-            owner = (link.field_policy or {}).get(field, "external")
-            current = getattr(issue, field)
-            if owner == "paperclip":
-                links.conflict_open(link=link, kind=ConflictKind.POLICY, field=field, key=key,
-                                    detail=f"external change to paperclip-owned {field}",
-                                    base=base_ext.get(field), external=ext[field], paperclip=current,
-                                    actors={"external": actor_text})
-            elif current != base_pc.get(field, current) and current != ext[field]:
-                links.conflict_open(link=link, kind=ConflictKind.FIELD, field=field, key=key,
-                                    detail=f"{field} changed on both sides", base=base_ext.get(field),
-                                    external=ext[field], paperclip=current, actors={"external": actor_text})
-            else:
-                changes[field] = ext[field]
-        priority = links.issue_priority(task)
-        if priority and ext["priority"] != base_ext.get("priority") and priority != issue.priority:
-            changes["priority"] = priority
+        held = _fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, actor_text)
 
     previous_category = link.external_state_category or base_ext.get("category")
     category_changed = previous_category != task.state.category
@@ -398,13 +387,72 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
     link.last_external_revision = task.revision
     link.envelope = dict(task.envelope or {})
     link.last_inbound_at = timezone.now()
-    link.base_snapshot = {"external": ext, "paperclip": links.paperclip_snapshot(issue)}
+    link.base_snapshot = _base_advance(ext, links.paperclip_snapshot(issue), base_ext, base_pc, held)
     link.save(update_fields=["external_title", "external_key", "external_url", "external_state_name",
                              "external_state_category", "external_updated_at", "last_external_revision", "envelope",
                              "last_inbound_at", "base_snapshot", "issue", "routing", "handoff_history", "updated_at"])
+    if not observer and symphony.is_symphony(link):
+        became_todo = changes.get("status") == IssueStatus.TODO
+        if task.state.category == StateCategory.ACTIVE and (category_changed or became_todo):
+            symphony.connector_wake(link=link, issue=issue, key=key)
+        elif category_changed and previous_category == StateCategory.ACTIVE:
+            symphony.left_active(link=link, issue=issue, new_category=task.state.category, actor_text=actor_text,
+                                 key=key)
     link_first_sync_ok(link, key)
     what = ", ".join(sorted(changes)) or "no field change"
     return applied(f"{issue.identifier}: {what}" + (" (observer)" if observer else ""))
+
+
+# §11.1 synced fields: (external snapshot key, issue attribute or None when Paperclip has no such field).
+# state goes through the §7.4 category rules below; assignee through routing.
+SYNCED_FIELDS = (("title", "title"), ("description", "description"), ("priority", "priority"),
+                 ("labels", None), ("dueAt", None))
+
+
+def _fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, actor_text) -> set:
+    """Three-way per field between the base, the tracker and the issue. Changed on the tracker only
+    -> applied when the tracker may change it (owner external/shared), a policy conflict otherwise;
+    changed on both sides to different values -> one field conflict (re-deliveries find the open
+    entry and refresh its values). Returns the fields whose base must not advance."""
+    from connectors.choices import ConflictStatus
+    from connectors.models import Conflict
+
+    held = set()
+    policy = link.field_policy or {}
+    for field, attr in SYNCED_FIELDS:
+        if ext.get(field) == base_ext.get(field):
+            continue  # unchanged on the tracker (Paperclip-side changes leave through the outbound engine)
+        owner = policy.get(field, "external")
+        incoming = links.issue_priority(task) if field == "priority" else ext.get(field)
+        current = getattr(issue, attr) if attr else None
+        paperclip_changed = attr is not None and current != base_pc.get(attr, current)
+        if owner == "paperclip":
+            kind, detail = ConflictKind.POLICY, f"external change to paperclip-owned {field}"
+        elif paperclip_changed and current != incoming:
+            kind, detail = ConflictKind.FIELD, f"{field} changed on both sides"
+        else:
+            if attr and incoming is not None and incoming != current:
+                changes[attr] = incoming
+            continue
+        held.add(field)
+        conflict, created = links.conflict_open(link=link, kind=kind, field=field, key=key, detail=detail,
+                                                base=base_ext.get(field), external=ext.get(field), paperclip=current,
+                                                actors={"external": actor_text})
+        if not created and (conflict.external_value != ext.get(field) or conflict.paperclip_value != current):
+            Conflict.objects.filter(pk=conflict.pk, status=ConflictStatus.OPEN).update(
+                external_value=ext.get(field), paperclip_value=current)
+    return held
+
+
+def _base_advance(ext: dict, pc: dict, base_ext: dict, base_pc: dict, held: set) -> dict:
+    """The new base: both sides' current values, except the fields held by an open conflict."""
+    ext, pc = dict(ext), dict(pc)
+    for field, attr in SYNCED_FIELDS:
+        if field in held:
+            ext[field] = base_ext.get(field)
+            if attr:
+                pc[attr] = base_pc.get(attr, pc.get(attr))
+    return {"external": ext, "paperclip": pc}
 
 
 def _category_transition(instance, link, issue, previous, task, key, actor_text, changes) -> list[str]:
@@ -501,6 +549,12 @@ def _comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     if content.has_marker(comment.body):
         return dropped("mirrored comment marker (loop prevention)")
     link = active_link(instance, comment.external_task_id)
+    if link is not None and link.last_outbound_at is not None:
+        from .outbound import recent_outbound_ref
+
+        # only a link that was ever written to can echo one of our writes back (no query otherwise)
+        if recent_outbound_ref(instance, comment.external_comment_id):
+            return dropped("matches a recently issued outbound write (echo)")
     if link is None:
         if verified.task is None:
             return dropped("comment on a task that is not linked")
@@ -512,7 +566,10 @@ def _comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
 
 
 def _own_comment(instance, comment: ExternalComment) -> bool:
-    author = comment.author
+    return _own_actor(instance, comment.author)
+
+
+def _own_actor(instance, author) -> bool:
     if author is None:
         return False
     return author.is_connector_service_account or (

@@ -111,7 +111,9 @@ def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue
 
 
 def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask, origin_side: str, key: str,
-                routing: dict | None = None, cause: str) -> TaskLink:
+                routing: dict | None = None, cause: str, status: str = LinkStatus.PENDING) -> TaskLink:
+    """``status=healthy`` when the first sync commits with the creation (an import): the link is
+    never observably pending, so it is born healthy with one transition."""
     label = provider_label(instance)
     link = TaskLink.objects.create(
         company_id=instance.company_id, instance=instance, provider_key=instance.provider_key,
@@ -123,9 +125,9 @@ def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask
         run_mode=instance.default_run_mode, field_policy=dict(instance.field_policy or {}),
         base_snapshot={"external": external_snapshot(task, label), "paperclip": paperclip_snapshot(issue)},
         last_external_revision=task.revision, routing=routing or {}, envelope=dict(task.envelope or {}),
-        status=LinkStatus.PENDING,
+        status=status,
     )
-    LinkTransition.objects.create(link=link, from_status="", to_status=LinkStatus.PENDING, cause=cause,
+    LinkTransition.objects.create(link=link, from_status="", to_status=status, cause=cause,
                                   idempotency_key=key[:300])
     return link
 

@@ -165,6 +165,7 @@ def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, expected, ch
                         entity_type="issue", entity_id=claimed.pk, run=HeartbeatRun(pk=run_id),
                         details={"agentId": str(agent_id), "runId": str(run_id)})
         events.announce(events.issue_checked_out, issue=claimed, actor=actor, run_id=run_id)
+        events.issue_checked_out_atomic.send(sender=None, issue=claimed, actor=actor, run_id=run_id)
     return claimed
 
 

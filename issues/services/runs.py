@@ -218,6 +218,7 @@ def run_finish(*, run: HeartbeatRun, status: str, error: str = "", exit_code: in
                         details={"status": status, "liveness": liveness, "error": error[:500],
                                  "releasedIssueIds": [str(pk) for pk in released]})
         events.announce(events.run_finished, run=run)
+        events.run_finished_atomic.send(sender=None, run=run)
     from .wakeups import wakeups_promote_deferred
 
     wakeups_promote_deferred(run=run)

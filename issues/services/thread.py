@@ -50,6 +50,7 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
         activity_record(actor=actor, company_id=issue.company_id, action="comment.created", entity_type="issue",
                         entity_id=issue.pk, details={"commentId": str(comment.pk)})
         events.announce(events.comment_created, comment=comment, actor=actor)
+        events.comment_created_atomic.send(sender=None, comment=comment, actor=actor)
         if comment.author_type != AuthorType.SYSTEM:
             wake_assignee(issue=issue, source=WakeSource.AUTOMATION, reason="comment", comment_ids=[comment.pk],
                           author_agent_id=comment.author_agent_id)

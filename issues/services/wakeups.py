@@ -53,8 +53,10 @@ def _lock_holder(agent: Agent, issue: Issue | None) -> HeartbeatRun | None:
 
 def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMAND, reason: str = "",
                  issue: Issue | None = None, idempotency_key: str | None = None, comment_ids=(),
-                 context: dict | None = None, run_fields: dict | None = None) -> WakeupRequest:
-    """Record a wake and attach it to a run. ``run_fields`` seeds a new run (continuations, retries)."""
+                 context: dict | None = None, run_fields: dict | None = None,
+                 issue_is_current: bool = False) -> WakeupRequest:
+    """Record a wake and attach it to a run. ``run_fields`` seeds a new run (continuations, retries).
+    ``issue_is_current``: the caller wrote the issue row in this transaction (no re-read needed)."""
     if source not in WakeSource.values:
         raise InvalidInput(details={"source": [f"'{source}' is not one of {', '.join(WakeSource.values)}."]})
     actor.ensure_can_write(agent.company_id)
@@ -73,7 +75,7 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
                 existing = WakeupRequest.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
                 if existing:
                     return existing
-            if issue is not None:
+            if issue is not None and not issue_is_current:
                 issue = Issue.objects.get(pk=issue.pk)
             wake = WakeupRequest(
                 company_id=agent.company_id, agent=agent, issue=issue, source=source, reason=reason,
@@ -169,4 +171,4 @@ def wake_assignee(*, issue: Issue, source: str, reason: str, comment_ids=(),
     # agent_wakeup locks and re-reads the agent row itself; this only names it.
     agent = Agent(pk=issue.assignee_agent_id, company_id=issue.company_id)
     return agent_wakeup(actor=SYSTEM, agent=agent, source=source, reason=reason, issue=issue,
-                        comment_ids=comment_ids)
+                        comment_ids=comment_ids, issue_is_current=True)

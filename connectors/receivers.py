@@ -1,0 +1,63 @@
+"""Subscriptions to the issues app's domain events (connected in ConnectorsConfig.ready()).
+
+The ``*_atomic`` signals are sent inside the transaction of the change, so the outbox rows commit
+(or roll back) with it (§10.1). A failure here never breaks the host change: it is logged and kept
+in a savepoint, and the link's health shows it."""
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.dispatch import receiver
+
+from issues import events
+
+log = logging.getLogger("connectors.receivers")
+
+
+def _guarded(fn, **kwargs):
+    from connectors.models import TaskLink
+
+    issue_id = kwargs.pop("_issue_id", None)
+    if issue_id is not None and not TaskLink.objects.filter(issue_id=issue_id).exists():
+        return  # not a linked issue: nothing to do (one indexed read)
+    try:
+        with transaction.atomic():
+            fn(**kwargs)
+    except Exception:
+        log.exception("connector outbound receiver %s failed", getattr(fn, "__name__", fn))
+
+
+@receiver(events.issue_updated_atomic, dispatch_uid="connectors.outbound.issue_updated")
+def on_issue_updated(sender, issue, actor=None, changes=None, **kwargs):
+    from connectors.services import outbound
+
+    change = (changes or {}).get("status")
+    if not change:
+        return
+    _guarded(outbound.status_changed, _issue_id=issue.pk, issue=issue, old=change[0], new=change[1], actor=actor)
+
+
+@receiver(events.comment_created_atomic, dispatch_uid="connectors.outbound.comment_created")
+def on_comment_created(sender, comment, actor=None, **kwargs):
+    from connectors.services import outbound
+
+    if not comment.author_agent_id:
+        return
+    _guarded(outbound.agent_comment, _issue_id=comment.issue_id, comment=comment)
+
+
+@receiver(events.issue_checked_out_atomic, dispatch_uid="connectors.outbound.issue_checked_out")
+def on_checked_out(sender, issue, actor=None, run_id=None, **kwargs):
+    from connectors.services import outbound
+
+    _guarded(outbound.claimed, _issue_id=issue.pk, issue=issue, run_id=run_id)
+
+
+@receiver(events.run_finished_atomic, dispatch_uid="connectors.outbound.run_finished")
+def on_run_finished(sender, run, **kwargs):
+    from connectors.services import outbound
+
+    if run.issue_id is None:
+        return
+    _guarded(outbound.run_finished, _issue_id=run.issue_id, run=run)
