@@ -25,8 +25,15 @@ demo: migrate
 run: demo
 	$(PY) manage.py collectstatic --noinput -v0
 	@echo "Paperclip on http://127.0.0.1:8000/  (log in as printed above; API docs at /api/docs/)"
-	@# The in-process worker starts agent runs (no broker needed); it stops with the server.
-	$(PY) manage.py paperclip_worker & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
+	@echo "GitHub sandbox on http://127.0.0.1:8765/ opens demo/app#2 once the server answers (see Connectors)."
+	@# The in-process worker starts agent runs (no broker needed); the GitHub sandbox serves the demo
+	@# connector and runs the connector sweep. Its token and webhook secret are fresh random values
+	@# exported here at each start (the connector references them as env:NAME); all stop with the server.
+	@export GITHUB_SANDBOX_TOKEN=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(24))'); \
+	  export GITHUB_SANDBOX_WEBHOOK_SECRET=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(24))'); \
+	  $(PY) manage.py paperclip_worker & worker=$$!; \
+	  $(PY) manage.py demo_sandbox & sandbox=$$!; \
+	  trap 'kill $$worker $$sandbox 2>/dev/null' EXIT INT TERM; \
 	  $(PY) manage.py runserver 127.0.0.1:8000
 
 test: install

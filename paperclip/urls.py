@@ -11,6 +11,7 @@ urlpatterns = [
     path("api/", include("connectors.api.urls")),
     path("api/", include("issues.api.urls")),
     path("", include("cases.console_urls")),
+    path("", include("connectors.console_urls")),
     path("", include("issues.urls")),
 ]
 

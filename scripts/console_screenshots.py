@@ -116,8 +116,72 @@ def seed():
                              ("Onboarding Globex", "customer")]:
         case_services.case_create(actor=board, company=company, case_type=case_type, title=title,
                                   kickoff="Kickoff", workflow_document_text="# Steps")
-    return {"user": user, "company": company, "hero": hero, "run": run, "case": case, "triage": triage,
+    data = {"user": user, "company": company, "hero": hero, "run": run, "case": case, "triage": triage,
             "linus": linus}
+    data.update(seed_connector(company, project, linus))
+    return data
+
+
+def seed_connector(company, project, linus):
+    """A GitHub connector with a bit of history: a healthy imported link, an open title conflict, a
+    queued event, a scheduled retry, a parked event and recent errors (rows written directly: the
+    screenshots show the console, not a provider)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from connectors.models import Conflict, InboundEvent, SyncError, TaskLink
+    from connectors.services.instances import instance_create
+    from issues.actors import SYSTEM
+    from issues.services.issues import issue_create
+
+    instance = instance_create(
+        actor=SYSTEM, company=company, name="GitHub acme/site", provider_key="github_issues",
+        credentials="env:GITHUB_TOKEN", webhook_secret="env:GITHUB_WEBHOOK_SECRET", containers=["acme/site"],
+        state_mapping={"open": "active", "closed": "terminal"}, default_sync_mode="bidirectional",
+        project_id=project.pk, routing_rules=[{"kind": "label", "match": {"label": "frontend"},
+                                               "agentId": str(linus.pk)},
+                                              {"kind": "default_route", "agentId": str(linus.pk)}])
+    now = timezone.now()
+    instance.last_webhook_at, instance.webhook_verified = now - timedelta(seconds=40), True
+    instance.last_poll_at, instance.last_reconcile_at = now - timedelta(minutes=3), now - timedelta(minutes=9)
+    instance.save(update_fields=["last_webhook_at", "webhook_verified", "last_poll_at", "last_reconcile_at"])
+    instance.cursors.create(scope="acme/site", cursor=(now - timedelta(minutes=3)).isoformat())
+    imported, _ = issue_create(actor=SYSTEM, company=company, title="Broken link in the README",
+                               project_id=project.pk, assignee_agent_id=linus.pk, origin_kind="connector")
+    link = TaskLink.objects.create(
+        company=company, instance=instance, provider_key="github_issues", project=project, issue=imported,
+        external_task_id="2000000012", external_key="acme/site#12", external_title="Broken link in the README",
+        external_url="https://github.com/acme/site/issues/12", external_state_name="open",
+        external_state_category="active", sync_mode="bidirectional", status="conflict",
+        last_inbound_at=now - timedelta(seconds=40), last_outbound_at=now - timedelta(seconds=35),
+        last_reconcile_at=now - timedelta(minutes=9),
+        field_policy={"title": "shared", "description": "external", "priority": "external", "labels": "external",
+                      "dueAt": "external", "state": "shared"},
+        routing={"kind": "label", "ruleId": 1, "agentName": "Linus", "reason": "label 'frontend'"})
+    Conflict.objects.create(
+        company=company, instance=instance, link=link, kind="field", field="title",
+        base_value="Broken link in the README", external_value="Broken Getting started link in the README",
+        paperclip_value="Fix the broken docs link in the README",
+        actors={"external": "octocat", "paperclip": "Linus"}, detail="Both sides changed the title.")
+    Conflict.objects.create(
+        company=company, instance=instance, link=link, kind="field", field="description",
+        base_value="The link is broken.\n\nSee the footer.",
+        external_value="The link is broken.\n\nSee the footer and the sidebar.",
+        paperclip_value="The Getting started link is broken.\n\nSee the footer.",
+        actors={"external": "hubot", "paperclip": "operator"})
+    events = [("pending", 0, "", ""), ("failed", 2, "provider_rate_limited", "429 Too Many Requests"),
+              ("parked", 5, "apply_failed", "Issue ACME-4 is checked out by another run")]
+    for n, (status, attempts, category, message) in enumerate(events):
+        InboundEvent.objects.create(instance=instance, company=company, idempotency_key=f"shot-{n}",
+                                    kind="task.upserted", action="issues.edited",
+                                    external_task_id=f"20000000{20 + n}", status=status, attempts=attempts,
+                                    error_category=category, error_message=message,
+                                    next_attempt_at=now + timedelta(seconds=45) if status == "failed" else None)
+    for category, message in [("provider_rate_limited", "GitHub answered 429; retrying after 45s"),
+                              ("apply_failed", "Event #3 parked after 5 attempts")]:
+        SyncError.objects.create(instance=instance, company=company, category=category, message=message)
+    return {"connector": instance, "linked_issue": imported}
 
 
 def serve():
@@ -175,6 +239,11 @@ def capture(base_url: str, data: dict, out: Path):
         page.goto(f"/workflows/{data['triage'].pk}/edit/")
         page.locator("#preview h1").wait_for()
         shot("workflow-edit-preview")
+        shot("connector-health", f"/connectors/{data['connector'].pk}/")
+        shot("conflict-queue", "/connectors/conflicts/")
+        page.goto(f"/issues/{data['linked_issue'].identifier}/")
+        page.locator("#link-panel").wait_for()
+        shot("issue-link-panel")
         browser.close()
 
 

@@ -25,6 +25,7 @@ from issues.services.issues import issue_update
 from issues.services.thread import comment_create, interaction_respond
 
 from .base import adopt_company, perform, render_page
+from .panels import issue_panels
 from .permissions import ACT_ON_WORK, console_action, console_actor, console_page, require_role
 from .runs import POLL_EVERY
 
@@ -92,6 +93,7 @@ def issue_detail(request, ref):
         "statuses": IssueStatus.choices,
         "priorities": IssuePriority.choices,
         "agents": Agent.objects.filter(company=issue.company).order_by("name").only("id", "name"),
+        "issue_panels": issue_panels(request, issue),  # e.g. the connector link panel (issues/console/panels.py)
     }
     return render_page(request, "console/issues/detail.html", None, context)
 
