@@ -128,7 +128,7 @@ def test_health_links_conflicts_and_events_surfaces(api, company, django_capture
     assert api.get(f"/api/connectors/{instance.pk}/links?status=healthy").json() == []
     assert api.get(f"/api/connectors/{instance.pk}/links?status=bogus").status_code == 400
     detail = api.get(f"/api/connector-links/{links[0]['id']}").json()
-    assert [t["to"] for t in detail["transitions"]] == ["pending", "healthy", "conflict"]
+    assert [t["to"] for t in detail["transitions"]] == ["healthy", "conflict"]  # imported links are born healthy
     assert detail["openConflicts"] == 1
     conflicts = api.get(f"/api/connectors/{instance.pk}/conflicts?kind=deletion").json()
     assert conflicts[0]["status"] == "open"
