@@ -10,7 +10,7 @@ heartbeat; it is never retried) -> read the issue and its thread -> work -> comm
 The last stdout line reports liveness: ``PAPERCLIP_RESULT {"liveness": ..., "reason": ...}``.
 
 Options (environment):
-  EXAMPLE_AGENT_MODE        done (default) | plan_only | fail | sleep
+  EXAMPLE_AGENT_MODE        done (default) | review (ends in in_review) | plan_only | fail | sleep
                             plan_only: write a "plan" document, comment, exit without finishing
                             fail:      print an error and exit 2 before doing anything
                             sleep:     sleep EXAMPLE_AGENT_SLEEP seconds, one line per second
@@ -173,6 +173,11 @@ def heartbeat():
     log("commented")
 
     # Step 8: status.
+    if MODE == "review":
+        api("PATCH", f"/issues/{issue['id']}",
+            {"status": "in_review", "comment": f"Ready for review (example agent, run {RUN_ID})."})
+        log(f"{detail['identifier']} is in review")
+        finish("completed", f"{detail['identifier']} handed to review")
     api("PATCH", f"/issues/{issue['id']}",
         {"status": "done", "comment": f"Done by the example agent in run {RUN_ID}."})
     log(f"{detail['identifier']} is done")

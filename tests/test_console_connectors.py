@@ -620,12 +620,18 @@ def test_make_run_demo_walk_end_to_end(tmp_path):
                 bodies = [c["body"] for c in sandbox_get("/repos/demo/app/issues/2/comments")]
             except OSError:
                 bodies = []
-            if any("Example agent" in body for body in bodies):
+            try:
+                labels = [label["name"] for label in sandbox_get("/repos/demo/app/issues/2")["labels"]]
+            except OSError:
+                labels = []
+            if any("Example agent" in body for body in bodies) and "in review" in labels:
                 break
             time.sleep(1)
         logs_text = "\n".join(f"--- {n}\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in logs)
         assert any("Tracked in Paperclip" in body for body in bodies), logs_text  # the backlink
         assert any("Example agent" in body for body in bodies), logs_text  # the agent's work, projected
+        # checkout -> comment -> in_review, and the review state projected back as the tracker's label
+        assert "in review" in labels, (labels, logs_text)
     finally:
         for proc in procs:
             proc.terminate()

@@ -25,6 +25,9 @@ EXAMPLE_AGENT = Path(__file__).resolve().parents[3] / "examples" / "heartbeat_ag
 # demo/app on this URL; credentials are references to variables the Makefile generates at start.
 SANDBOX_URL = os.environ.get("PAPERCLIP_DEMO_GITHUB_URL", "http://127.0.0.1:8765")
 CONNECTOR_NAME = "GitHub sandbox"
+# GitHub has open/closed only; the "in review" label carries the review state both ways, so the
+# example agent's in_review is projected back to the tracker as that label.
+DEMO_STATE_MAPPING = {"open": "active", "closed": "terminal", "labels": {"in review": "review"}}
 SANDBOX_REPO = "demo/app"
 TOKEN_REF = "env:GITHUB_SANDBOX_TOKEN"
 WEBHOOK_SECRET_REF = "env:GITHUB_SANDBOX_WEBHOOK_SECRET"
@@ -79,7 +82,7 @@ class Command(BaseCommand):
         eng = agent_create(company=company, name="Linus", role="engineer", title="Engineer", reports_to=ceo,
                            adapter_type="process",
                            adapter_config={"command": [sys.executable, str(EXAMPLE_AGENT)],
-                                           "env": {"EXAMPLE_AGENT_MODE": "done"}})
+                                           "env": {"EXAMPLE_AGENT_MODE": "review"}})
         agent_create(company=company, name="Grace", role="qa", title="QA", reports_to=ceo)
         project = Project.objects.create(company=company, name="Website")
         goal = Goal.objects.create(company=company, title="Launch v1")
@@ -140,7 +143,7 @@ class Command(BaseCommand):
             instance = instance_create(
                 actor=SYSTEM, company=company, name=CONNECTOR_NAME, provider_key="github_issues",
                 credentials=TOKEN_REF, webhook_secret=WEBHOOK_SECRET_REF, base_url=sandbox_url,
-                containers=[SANDBOX_REPO], state_mapping={"open": "active", "closed": "terminal"},
+                containers=[SANDBOX_REPO], state_mapping=DEMO_STATE_MAPPING,
                 default_sync_mode="bidirectional", default_run_mode="paperclip_controlled",
                 project_id=project.pk, triage_agent_id=company.agents.get(name="Ada").pk,
                 service_account_id="paperclip-bot", service_account_name="paperclip-bot",
