@@ -39,3 +39,32 @@ def test_seed_demo_is_repeatable_and_prints_a_login(db):
     client = APIClient()
     password = second.getvalue().split("password: ")[1].split()[0]
     assert client.login(username="admin", password=password)
+
+
+def test_agent_create_and_key_create_for_an_existing_company(db):
+    call_command("create_company", "--name", "Acme", "--prefix", "ACME", stdout=StringIO())
+    out = StringIO()
+    call_command("agent_create", "--company", "acme", "--name", "Cleo", "--role", "engineer", "--adapter", "process",
+                 "--adapter-config", '{"command": ["true"]}', "--json", stdout=out)
+    created = json.loads(out.getvalue())
+    out = StringIO()
+    call_command("agent_key_create", "--company", "ACME", "--agent", "Cleo", "--json", stdout=out)
+    second = json.loads(out.getvalue())
+    assert second["agentId"] == created["agentId"] and second["apiKey"] != created["apiKey"]
+    for raw in (created["apiKey"], second["apiKey"]):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        me = client.get("/api/agents/me").json()
+        assert (me["name"], me["role"]) == ("Cleo", "engineer")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["agent_create", "--company", "NOPE", "--name", "X"], "No company"),
+    (["agent_create", "--company", "ACME", "--name", "X", "--role", "wizard"], "role"),
+    (["agent_create", "--company", "ACME", "--name", "X", "--adapter-config", "[1]"], "JSON object"),
+    (["agent_key_create", "--company", "ACME", "--agent", "ghost"], "No agent"),
+])
+def test_agent_commands_refuse_bad_arguments_clearly(db, args, message):
+    call_command("create_company", "--name", "Acme", "--prefix", "ACME", stdout=StringIO())
+    with pytest.raises(CommandError, match=message):
+        call_command(*args, stdout=StringIO())
