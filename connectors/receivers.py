@@ -61,3 +61,21 @@ def on_run_finished(sender, run, **kwargs):
     if run.issue_id is None:
         return
     _guarded(outbound.run_finished, _issue_id=run.issue_id, run=run)
+
+
+@receiver(events.sweep_ticked, dispatch_uid="connectors.sweep")
+def on_sweep(sender, now=None, **kwargs):
+    """Embedded mode (no broker, ``manage.py paperclip_worker``): the connector sweep rides on the
+    worker's periodic sweep. With a broker, celery beat schedules ``connectors.tasks.sweep`` itself."""
+    from django.conf import settings
+
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        return None
+    from connectors import tasks
+
+    try:
+        tasks.sweep()
+    except Exception:  # one failing connector must not stop the host's sweep
+        log.exception("connector sweep failed")
+        return {"connectorSweep": "failed"}
+    return {"connectorSweep": "done"}

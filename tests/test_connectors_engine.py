@@ -689,3 +689,16 @@ def test_retention_prunes_old_finished_events_and_keeps_effects(web, setup, djan
     assert polling.retention_prune()["events"] == 1
     assert list(InboundEvent.objects.values_list("pk", flat=True)) == [pending.pk]  # unfinished work is kept
     assert TaskLink.objects.count() == 1 and Issue.objects.count() == 1
+
+
+def test_embedded_worker_sweep_also_runs_the_connector_sweep(db, settings, monkeypatch):
+    """Without a broker (make run), the worker's periodic sweep drives connector retries and polls."""
+    from connectors import tasks
+    from issues.services.scheduling import sweep
+
+    calls = []
+    monkeypatch.setattr(tasks, "sweep", lambda: calls.append("connectors"))
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    assert sweep(owner="test")["connectorSweep"] == "done" and calls == ["connectors"]
+    settings.CELERY_TASK_ALWAYS_EAGER = False  # with a broker, beat schedules it instead
+    assert "connectorSweep" not in sweep(owner="test") and calls == ["connectors"]
