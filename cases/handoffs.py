@@ -26,9 +26,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
-from issues.choices import LIVE_RUN_STATUSES, AgentStatus, IssueStatus, RunStatus, WakeSource
+from issues.choices import LIVE_RUN_STATUSES, WRITE_ROLES, AgentStatus, IssueStatus, RunStatus, WakeSource
 from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
-from issues.models import Agent, Company, Document, HeartbeatRun, Issue, Membership
+from issues.models import Agent, Company, Document, HeartbeatRun, Issue
 from issues.services.activity import activity_record
 from issues.services.issues import ensure_owning_run, issue_update
 from issues.services.lookups import company_object
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 UNSET = object()  # "workflow omitted" (preserve) is different from "workflow: null" (detach)
 CLOSED_CASE_STATUSES = (CaseStatus.DONE, CaseStatus.CANCELLED)
-WRITE_ROLES = ("owner", "admin", "operator")
 
 
 # --- small helpers --------------------------------------------------------------------------
@@ -319,9 +318,8 @@ def _authority_lost(handoff: CaseHandoff, task: Issue) -> str:
         user = get_user_model().objects.filter(pk=ident).first()
         if user is None:
             return "requester_unavailable"
-        if user.is_superuser:
-            return ""
-        role = Membership.objects.filter(user=user, company_id=handoff.company_id).values_list("role", flat=True).first()
+        # The same role rule as every board write (superusers own every company).
+        role = Actor(user=user).roles.get(handoff.company_id)
         return "" if role in WRITE_ROLES else "requester_not_authorized"
     return "" if kind == "system" else "provenance_missing"
 
@@ -517,10 +515,7 @@ def on_primary_task_changed(*, issue: Issue, actor: Actor, changes: dict):
 def on_run_finished(run: HeartbeatRun):
     """After a run ends: a stopped run invalidates the handoffs it made and the closure intent of
     the task it executed; then transfers waiting for that task to settle are applied."""
-    run = HeartbeatRun.objects.filter(pk=run.pk).first()
-    if run is None:
-        return
-    if run.stop_requested_at is not None:
+    if run.stop_requested_at is not None:  # the row run_finish locked and saved: current
         with transaction.atomic():
             stale = list(CaseHandoff.objects.select_for_update().select_related("case").filter(
                 Q(source_run=run) | Q(case__primary_task_id=run.issue_id, target=HandoffTarget.DONE),

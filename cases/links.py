@@ -22,20 +22,10 @@ from issues.services.activity import activity_record
 from issues.services.lookups import company_object
 
 from .choices import CaseEventKind, CaseLinkRole
-from .models import Case, CaseEvent, CaseIssueLink
-from .services import authorize_write
+from .models import Case, CaseIssueLink
+from .services import authorize_write, case_event_record
 
 LINKABLE_ROLES = (CaseLinkRole.WORK, CaseLinkRole.REFERENCE)
-
-
-
-def _event(*, actor: Actor, case: Case, kind: str, details: dict, run) -> CaseEvent:
-    fields = actor.activity_fields()
-    return CaseEvent.objects.create(
-        company_id=case.company_id, case=case, kind=kind, details=details, actor_type=fields["actor_type"],
-        actor_agent=fields["actor_agent"], actor_user=fields["actor_user"],
-        run=run if run is not None else fields["run"],
-    )
 
 
 def case_link_issue(*, actor: Actor, case: Case, issue_id, role: str) -> tuple[CaseIssueLink, bool]:
@@ -54,7 +44,7 @@ def case_link_issue(*, actor: Actor, case: Case, issue_id, role: str) -> tuple[C
             link = CaseIssueLink.objects.create(company_id=locked.company_id, case=locked, issue=issue, role=role)
             locked.save(update_fields=["updated_at"])
             details = {"issueId": str(issue.pk), "identifier": issue.identifier, "role": role}
-            _event(actor=actor, case=locked, kind=CaseEventKind.ISSUE_LINKED, details=details, run=run)
+            case_event_record(actor=actor, case=locked, kind=CaseEventKind.ISSUE_LINKED, details=details, run=run)
             activity_record(actor=actor, company_id=locked.company_id, action="case.issue_linked",
                             entity_type="case", entity_id=locked.pk, details=details, run=run)
     except IntegrityError:  # a concurrent identical link won the unique constraint
@@ -88,6 +78,6 @@ def case_unlink_issue(*, actor: Actor, case: Case, issue_id) -> None:
                    "identifier": link.issue.identifier, "role": link.role}
         link.delete()
         locked.save(update_fields=["updated_at"])
-        _event(actor=actor, case=locked, kind=CaseEventKind.ISSUE_UNLINKED, details=details, run=run)
+        case_event_record(actor=actor, case=locked, kind=CaseEventKind.ISSUE_UNLINKED, details=details, run=run)
         activity_record(actor=actor, company_id=locked.company_id, action="case.issue_unlinked",
                         entity_type="case", entity_id=locked.pk, details=details, run=run)

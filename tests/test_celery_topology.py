@@ -313,7 +313,9 @@ def test_killed_worker_leaves_no_stale_lock_once_its_run_is_abandoned(topology, 
     assert run.owner == f"{host}:{owner_pid}"  # the dead worker's run: nobody else may kill its process
     assert (issue.checkout_run_id, issue.execution_run_id, issue.execution_locked_at) == (None, None, None)
     assert issue.status == "in_progress"  # the work is not lost: it is retried
-    retry = HeartbeatRun.objects.get(agent=agent, issue=issue, retry_attempt=1)
+    # The retry is scheduled right after the reaping transaction commits: wait for it, do not race it.
+    retry = wait_for(lambda: HeartbeatRun.objects.filter(agent=agent, issue=issue, retry_attempt=1).first(),
+                     timeout=20, what="the retry of the abandoned run", logs=topology.dump)
     assert retry.status == "scheduled_retry" and retry.source_run_id == run.pk, retry.status
     assert retry.scheduled_for > run.finished_at  # after backoff (RUN_RETRY_BASE_SECONDS)
     assert run.api_keys.exists() and not run.api_keys.filter(revoked_at__isnull=True).exists()

@@ -69,7 +69,8 @@ def test_database_check_constraints_hold_every_enum(company, django_capture_on_c
     from rest_framework.test import APIClient
 
     from connectors import models
-    from connectors.services.links import conflict_open, outbound_record
+    from connectors.services.links import conflict_open
+    from connectors.services.outbound import effect_record
     from connectors.services.common import sync_error_record
     from tests.connector_helpers import post_webhook
 
@@ -79,7 +80,7 @@ def test_database_check_constraints_hold_every_enum(company, django_capture_on_c
     post_webhook(APIClient(), instance, body, capture=django_capture_on_commit_callbacks)
     link = models.TaskLink.objects.get()
     conflict_open(link=link, kind="deletion", detail="x")
-    outbound_record(link=link, kind="comment", source_id="s", payload={})
+    effect_record(link=link, kind="comment", source_id="s", payload={})
     sync_error_record(instance=instance, category="config", message="x")
     model = getattr(models, model_name)
     row = model.objects.order_by("pk").first()

@@ -2,6 +2,7 @@
 connection) drain the same task's queue at once; every event is applied exactly once and the
 last snapshot wins."""
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -35,7 +36,9 @@ def test_concurrent_workers_apply_one_tasks_events_once_and_in_order():
     def worker():
         try:
             barrier.wait()
+            deadline = time.monotonic() + 100
             while InboundEvent.objects.filter(status__in=("pending", "failed")).exists():
+                assert time.monotonic() < deadline, "events still unfinished after 100 s"
                 inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
         except Exception as exc:  # reported below
             errors.append(exc)
@@ -47,6 +50,7 @@ def test_concurrent_workers_apply_one_tasks_events_once_and_in_order():
         t.start()
     for t in threads:
         t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a worker thread hung"
     assert not errors, errors
     events = InboundEvent.objects.order_by("id")
     assert [e.status for e in events] == ["applied"] * 40

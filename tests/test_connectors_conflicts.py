@@ -178,7 +178,6 @@ def test_viewers_and_agents_cannot_resolve(setup, company, django_capture_on_com
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif("sqlite" in connection.vendor, reason="row locks need PostgreSQL")
 def test_two_operators_resolving_at_once_one_wins_one_gets_409(setup, operator):
-    from django.test.utils import CaptureQueriesContext  # noqa: F401
 
     instance, store = setup
     raw = store.add_task(1, title="base title")

@@ -691,6 +691,17 @@ def test_retention_prunes_old_finished_events_and_keeps_effects(web, setup, djan
     assert TaskLink.objects.count() == 1 and Issue.objects.count() == 1
 
 
+def test_retention_keeps_the_newest_health_entries_of_each_instance(setup):
+    instance, _ = setup
+    rows = [SyncError(instance=instance, company_id=instance.company_id, category="provider_status", message=f"e{n}")
+            for n in range(polling.KEPT_ERRORS + 3)]
+    SyncError.objects.bulk_create(rows)
+    assert polling.retention_prune()["errors"] == 3
+    kept = SyncError.objects.filter(instance=instance)
+    assert kept.count() == polling.KEPT_ERRORS and not kept.filter(message__in=["e0", "e1", "e2"]).exists()
+    assert polling.retention_prune()["errors"] == 0  # under the cap: nothing more to do
+
+
 def test_embedded_worker_sweep_also_runs_the_connector_sweep(db, settings, monkeypatch):
     """Without a broker (make run), the worker's periodic sweep drives connector retries and polls."""
     from connectors import tasks

@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 
 from celery import Celery
-from django.conf import settings
 from django.db import transaction
 
 from connectors.sandbox.github import DEFAULT_FIXTURES_DIR

@@ -676,6 +676,7 @@ def test_two_operators_resolving_the_same_conflict_at_once_act_once():
         t.start()
     for t in threads:
         t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "an operator's request hung"
     conflict.refresh_from_db()
     assert conflict.status in ("resolved", "dismissed")
     winner = 0 if conflict.resolution == "keep_external" else 1

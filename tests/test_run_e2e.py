@@ -134,6 +134,7 @@ def test_issue_scoped_stop_kills_only_that_run(host, company):
     run_two = HeartbeatRun.objects.get(issue=two)
     assert client.post(f"/api/issues/{one.pk}/run/stop").status_code == 200
     threads[picked.index(run_one.pk)].join(timeout=30)
+    assert not threads[picked.index(run_one.pk)].is_alive(), "the stopped run's executor hung"
     run_one.refresh_from_db()
     run_two.refresh_from_db()
     assert run_one.status == "cancelled" and run_one.stop_reason == "issue_stop"
@@ -146,6 +147,7 @@ def test_issue_scoped_stop_kills_only_that_run(host, company):
     client.post(f"/api/issues/{two.pk}/run/stop")
     for t in threads:
         t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "an executor hung"
     assert HeartbeatRun.objects.get(pk=run_two.pk).status == "cancelled"
 
 
@@ -169,6 +171,7 @@ def test_budget_hard_stop_kills_the_running_process(host, company):
     # Usage arrives while the process works (as the agent's own heartbeat would report it).
     runs.run_heartbeat(actor=runs.SYSTEM, run=run, usage={"costCents": 80})
     worker.join(timeout=30)
+    assert not worker.is_alive(), "the executor hung"
     run.refresh_from_db()
     assert run.status == "cancelled" and run.stop_reason == "budget_exceeded"
     with pytest.raises(ProcessLookupError):

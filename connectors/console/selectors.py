@@ -22,6 +22,7 @@ from connectors.choices import (
 )
 from connectors.models import Conflict, ConnectorInstance, InboundEvent, OutboundEffect, SyncError, TaskLink
 from connectors.selectors import instance_health, link_claim_state
+from issues.console.issues import revision_diff
 
 PARKED_SHOWN = 50
 AUTH_ERROR_WINDOW = timedelta(hours=1)  # as connectors.selectors.instance_health
@@ -139,12 +140,7 @@ def value_diff(old, new) -> dict:
             if j2 > j1:
                 segments.append(("add", " ".join(wb[j1:j2])))
         return {"inline": segments, "lines": None, "same": a == b}
-    lines = []
-    for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=2):
-        if line.startswith(("---", "+++")):
-            continue
-        lines.append(({"@": "hunk", "+": "add", "-": "del"}.get(line[:1], "ctx"), line))
-    return {"inline": None, "lines": lines, "same": a == b}
+    return {"inline": None, "lines": revision_diff(a, b, n=2), "same": a == b}
 
 
 def conflict_rows(conflicts) -> list[dict]:

@@ -35,6 +35,7 @@ from connectors.providers.base import ProviderError
 from connectors.secrets import SecretUnavailable
 from connectors.services import interventions
 from issues.console.base import adopt_company, error_text, perform, render_page, safe_next, wants_partial
+from issues.console.runs import STOP_POLLING
 from issues.console.permissions import (
     ACT_ON_WORK,
     ADMIN,
@@ -50,7 +51,6 @@ from issues.selectors import scoped_get
 from . import selectors
 
 MANAGE_CONNECTORS = ADMIN
-STOP_POLLING = 286
 POLL_EVERY = "5s"
 IDLE_POLLS = 6
 MAX_IDLE_POLLS = 60

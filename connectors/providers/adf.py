@@ -28,14 +28,6 @@ _HTML_COMMENT_RE = re.compile(r"<!--\s*(.*?)\s*-->", re.S)
 _MD_ESCAPE_RE = re.compile(r"([\\`*_\[\]#|<>])")
 
 
-def empty_doc() -> dict:
-    return {"type": "doc", "version": 1, "content": []}
-
-
-def is_adf(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") == "doc"
-
-
 # ------------------------------------------------------------------------------------ ADF -> MD
 class _Renderer:
     def __init__(self):

@@ -141,6 +141,7 @@ from .http import (
     webhook_json,
 )
 from .http import load_cursor as _load_cursor
+from .http import parse_utc as _utc
 
 API_VERSION = "2022-11-28"
 USER_AGENT = "paperclip-connector-github/1.0"
@@ -158,17 +159,6 @@ _SIG_RE = re.compile(r"^sha256=([0-9a-fA-F]{64})$")
 _MENTION_RE = re.compile(r"(?<![\w@/])@([A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?(?:/[A-Za-z0-9_.-]+)?)")
 _CODE_RE = re.compile(r"(^|\n)(```|~~~)[^\n]*\n.*?(?:\n\2[^\n]*(?=\n|$)|$)|`+[^`\n]*`+", re.S)
 
-
-def _utc(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except (TypeError, ValueError):
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
 
 
 def _iso(value: datetime) -> str:

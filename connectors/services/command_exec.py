@@ -108,10 +108,12 @@ def _run(instance, link: TaskLink, command: Command, who: str, key: str) -> str:
 def _reply(instance, link: TaskLink, comment: ExternalComment, command: Command, index: int, text: str, who: str,
            key: str):
     """§8.2: externally when writes are allowed, on the Paperclip issue otherwise."""
-    if links.writes_allowed(link, instance, "post_comment"):
+    from .outbound import effect_record, write_refusal
+
+    if not write_refusal(link, OutboundKind.COMMENT):
         body = f"{content.MARKER_PREFIX}command-reply -->\n`{command.line}` ({who}): {text}"
-        links.outbound_record(link=link, kind=OutboundKind.COMMENT,
-                              source_id=f"command:{comment.external_comment_id}:{index}", payload={"body": body})
+        effect_record(link=link, kind=OutboundKind.COMMENT,
+                      source_id=f"command:{comment.external_comment_id}:{index}", payload={"body": body})
         return
     with transaction.atomic():
         issue = Issue.objects.get(pk=link.issue_id)

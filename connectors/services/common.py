@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import logging
+import random
+from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
 from connectors import secrets
-from connectors.choices import LinkStatus
+from connectors.choices import ErrorCategory, LinkStatus
 from connectors.models import ConnectorInstance, LinkTransition, SyncError, TaskLink
 from connectors.providers import base
+from connectors.providers.base import ProviderError
 
 log = logging.getLogger("connectors")
 
@@ -99,3 +102,29 @@ def link_first_sync_ok(link: TaskLink, key: str = ""):
 
 def now():
     return timezone.now()
+
+
+def retry_backoff(attempts: int, retry_after: float | None) -> timedelta:
+    """Exponential backoff with jitter for inbound events and outbound writes, never shorter than
+    the provider's own ``retry_after``."""
+    base = float(conf("RETRY_BASE_SECONDS"))
+    delay = min(base * (2 ** max(attempts - 1, 0)), float(conf("RETRY_MAX_SECONDS")))
+    if base > 0:
+        delay *= random.uniform(0.8, 1.2)  # jitter
+    if retry_after:
+        delay = max(delay, float(retry_after))
+    return timedelta(seconds=delay)
+
+
+def failure_of(exc: Exception) -> tuple[str, str]:
+    """(error category, message) of a failed apply or write: a provider's own category, else apply_failed."""
+    category = exc.category if isinstance(exc, ProviderError) and exc.category in ErrorCategory.values \
+        else ErrorCategory.APPLY_FAILED
+    return category, f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def container_allowed(instance: ConnectorInstance, container_id: str | None) -> bool:
+    """A payload's container is one of the instance's (an instance without containers takes any)."""
+    if not container_id or not instance.containers:
+        return True
+    return container_id.lower() in {str(c).lower() for c in instance.containers}

@@ -138,9 +138,9 @@ def _paperclip_write(actor, link: TaskLink, changes: dict):
 
 
 def _external_write(link: TaskLink, conflict: Conflict, kind: str, payload: dict) -> OutboundEffect | None:
-    operation = "update_task_state" if kind == OutboundKind.STATE else "set_fields"
-    toggle = "projectStatus" if kind == OutboundKind.STATE else None
-    if not links.writes_allowed(link, link.instance, operation, toggle):
+    from .outbound import write_refusal
+
+    if write_refusal(link, kind, toggle="projectStatus" if kind == OutboundKind.STATE else None):
         return None
     if kind == OutboundKind.STATE:
         from .outbound import STATUS_CATEGORY, state_name_for

@@ -2,9 +2,6 @@
 retry with backoff, park poison events, import tasks and comments."""
 from __future__ import annotations
 
-import random
-from datetime import timedelta
-
 from django.db import IntegrityError, transaction
 from django.db.models import Subquery
 from django.utils import timezone
@@ -41,7 +38,16 @@ from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 
 from . import codec, commands as command_service, content, links, routing, symphony
-from .common import adapter_for, conf, link_first_sync_ok, link_set_status, sync_error_record
+from .common import (
+    adapter_for,
+    conf,
+    container_allowed,
+    failure_of,
+    link_first_sync_ok,
+    link_set_status,
+    retry_backoff,
+    sync_error_record,
+)
 
 ACTIVE_ISSUE_STATUSES = (IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueStatus.BLOCKED)
 
@@ -86,15 +92,6 @@ def kick(instance_id, external_task_id: str):
 
 
 # ------------------------------------------------------------------------------------ processing
-def _backoff(attempts: int, retry_after: float | None) -> timedelta:
-    base = float(conf("RETRY_BASE_SECONDS"))
-    delay = min(base * (2 ** max(attempts - 1, 0)), float(conf("RETRY_MAX_SECONDS")))
-    if base > 0:
-        delay *= random.uniform(0.8, 1.2)  # jitter
-    if retry_after:
-        delay = max(delay, float(retry_after))
-    return timedelta(seconds=delay)
-
 
 def task_events_process(*, instance_id, external_task_id: str, limit: int = 200) -> dict:
     """Apply the task's unfinished events in order until the queue is empty, blocked by a retry
@@ -162,9 +159,7 @@ def _process_head(instance: ConnectorInstance, external_task_id: str) -> str | N
 
 
 def _record_failure(instance: ConnectorInstance, event_id, exc: Exception) -> str:
-    category = exc.category if isinstance(exc, ProviderError) and exc.category in ErrorCategory.values \
-        else ErrorCategory.APPLY_FAILED
-    message = f"{type(exc).__name__}: {exc}"[:2000]
+    category, message = failure_of(exc)
     with transaction.atomic():
         event = InboundEvent.objects.select_for_update().filter(pk=event_id).first()
         if event is None or event.status not in UNFINISHED_EVENT_STATUSES:
@@ -188,7 +183,7 @@ def _record_failure(instance: ConnectorInstance, event_id, exc: Exception) -> st
         else:
             retry_after = exc.retry_after if isinstance(exc, ProviderError) else None
             event.status = EventStatus.FAILED
-            event.next_attempt_at = timezone.now() + _backoff(event.attempts, retry_after)
+            event.next_attempt_at = timezone.now() + retry_backoff(event.attempts, retry_after)
             event.outcome = f"attempt {event.attempts} failed"
             sync_error_record(instance=instance, category=category, link=link, event=event,
                               message=f"Applying {event.idempotency_key} failed (attempt {event.attempts}): {message}")
@@ -205,7 +200,7 @@ def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
     key = event.idempotency_key
     if verified.kind == EventKind.IGNORED:
         return dropped(f"nothing to do for {verified.action or 'this event'}")
-    if verified.container_id and instance.containers and not _container_ok(instance, verified.container_id):
+    if not container_allowed(instance, verified.container_id):
         return dropped(f"payload for another container ({verified.container_id})")
     if verified.kind == EventKind.TASK_UPSERTED:
         return _task_upserted(instance, verified, key)
@@ -216,10 +211,6 @@ def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
     if verified.kind == EventKind.COMMENT_DELETED:
         return _comment_deleted(instance, verified, key)
     return dropped(f"unknown event kind {verified.kind}")
-
-
-def _container_ok(instance, container_id: str) -> bool:
-    return container_id.lower() in {str(c).lower() for c in instance.containers or ()}
 
 
 def active_link(instance, external_task_id: str) -> TaskLink | None:
@@ -276,9 +267,6 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
     _routing_problems(instance, link, decision, issue, key)
     _state_mapping_check(instance, link, task, previous_name=None)
     links.backlink_record(link=link, instance=instance, issue=issue)
-    from .outbound import kick_pending
-
-    kick_pending(link)
     _audit(link, "connector.task_imported", key, {"issueId": str(issue.pk), "identifier": issue.identifier,
                                                   "routing": decision.as_dict(), "actor": content.actor_dict(actor)})
     link_first_sync_ok(link, key)
@@ -300,9 +288,11 @@ def _routing_problems(instance, link, decision: routing.RoutingDecision, issue: 
         body = (f"Unresolved routing for {link.external_key or link.external_task_id}: {decision.reason}. "
                 f"Assigned to the triage fallback: {who}.")
         links.note(issue, body, link=link, key=key, kind="routing_unresolved")
-        if links.writes_allowed(link, instance, "post_comment"):
-            links.outbound_record(link=link, kind=OutboundKind.COMMENT, source_id=f"routing-unresolved:{issue.pk}",
-                                  payload={"body": body})
+        from .outbound import effect_record, write_refusal
+
+        if not write_refusal(link, OutboundKind.COMMENT):
+            effect_record(link=link, kind=OutboundKind.COMMENT, source_id=f"routing-unresolved:{issue.pk}",
+                          payload={"body": body})
 
 
 def _state_mapping_check(instance, link, task: ExternalTask, previous_name: str | None):

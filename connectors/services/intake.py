@@ -10,7 +10,7 @@ from connectors.choices import EventSource, InstanceStatus
 from connectors.models import ConnectorInstance, InboundEvent
 from connectors.providers.base import WebhookRejected, WebhookRequest
 
-from .common import adapter_for, conf
+from .common import adapter_for, conf, container_allowed
 from .inbound import event_store, kick
 
 
@@ -38,8 +38,7 @@ def webhook_intake(*, instance: ConnectorInstance, body: bytes, headers: dict, u
         raise BodyTooLarge()
     adapter = adapter_for(instance, with_credentials=False, with_webhook_secret=True)
     verified = adapter.verify_webhook(WebhookRequest(body=body, headers=headers, url=url))
-    if verified.container_id and instance.containers and verified.container_id.lower() not in {
-            str(c).lower() for c in instance.containers}:
+    if not container_allowed(instance, verified.container_id):
         raise WebhookRejected(f"Payload for another container ({verified.container_id}).")
     event, created = event_store(instance=instance, event=verified, source=EventSource.WEBHOOK,
                                  headers=_kept_headers(headers), body=body, verified=True,

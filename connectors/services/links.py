@@ -13,9 +13,8 @@ from connectors.choices import (
     OriginSide,
     OutboundKind,
     RunMode,
-    SyncMode,
 )
-from connectors.models import Conflict, ConnectorInstance, LinkTransition, OutboundEffect, TaskLink
+from connectors.models import Conflict, ConnectorInstance, LinkTransition, TaskLink
 from connectors.providers.base import ExternalTask
 from issues.actors import SYSTEM
 from issues.choices import AuthorType, IssueStatus, OriginKind
@@ -24,12 +23,11 @@ from issues.services.activity import activity_record
 from issues.services.thread import comment_create
 
 from . import content
-from .common import adapter_class, link_set_status
+from .common import link_set_status
 
 BACKLINK = re.compile(r"<!--\s*paperclip:issue[=:]\s*([0-9a-fA-F-]{36})")
 PRIORITY = {0: "critical", 1: "high", 2: "medium", 3: "low", 4: "low"}
 INITIAL_STATUS = {"active": IssueStatus.TODO, "blocked": IssueStatus.BLOCKED}
-WRITE_SYNC_MODES = (SyncMode.BIDIRECTIONAL, SyncMode.EXPORT_ONLY)
 
 
 def provider_label(instance: ConnectorInstance) -> str:
@@ -65,24 +63,6 @@ def wake_on_comment(link: TaskLink, instance: ConnectorInstance) -> bool:
     return link.run_mode != RunMode.EXTERNAL_OBSERVER
 
 
-def writes_allowed(link: TaskLink, instance: ConnectorInstance, operation: str, toggle: str | None = None) -> bool:
-    """Layer-4 gate used when recording outbound effects: a write-capable sync mode, a declared
-    capability, and (when given) the write toggle on the link or instance."""
-    if link.sync_mode not in WRITE_SYNC_MODES:
-        return False
-    if operation not in adapter_class(instance.provider_key).capabilities.operations:
-        return False
-    if toggle:
-        policy = {**(instance.write_policy or {}), **(link.write_policy or {})}
-        return bool(policy.get(toggle, True))
-    return True
-
-
-def outbound_record(*, link: TaskLink, kind: str, source_id: str, payload: dict) -> OutboundEffect:
-    effect, _ = OutboundEffect.objects.get_or_create(
-        link=link, kind=kind, source_id=source_id[:300],
-        defaults={"company_id": link.company_id, "instance_id": link.instance_id, "payload": payload})
-    return effect
 
 
 def note(issue: Issue, body: str, *, link: TaskLink | None = None, key: str = "", kind: str = "note") -> Comment:
@@ -166,11 +146,10 @@ def deletion_handle(*, link: TaskLink, issue: Issue, actor_text: str, key: str, 
 
 
 def backlink_record(*, link: TaskLink, instance: ConnectorInstance, issue: Issue):
-    if writes_allowed(link, instance, "set_backlink", "postBacklink"):
-        from .common import conf
+    from .outbound import effect_record, issue_url, write_refusal  # outbound builds on this module
 
-        url = f"{conf('PUBLIC_BASE_URL').rstrip('/')}/issues/{issue.identifier}"
-        outbound_record(link=link, kind=OutboundKind.BACKLINK, source_id=str(issue.pk), payload={"url": url})
+    if not write_refusal(link, OutboundKind.BACKLINK, toggle="postBacklink"):
+        effect_record(link=link, kind=OutboundKind.BACKLINK, source_id=str(issue.pk), payload={"url": issue_url(issue)})
 
 
 def link_manual(*, actor, instance: ConnectorInstance, issue: Issue, task: ExternalTask, key: str) -> TaskLink:

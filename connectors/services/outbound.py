@@ -13,14 +13,12 @@ Nothing in the issues or cases apps calls a provider: they only send signals."""
 from __future__ import annotations
 
 import logging
-import random
 from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from connectors.choices import (
-    ErrorCategory,
     InstanceStatus,
     LinkStatus,
     OutboundKind,
@@ -28,12 +26,12 @@ from connectors.choices import (
     StateCategory,
 )
 from connectors.models import ConnectorInstance, OutboundEffect, TaskLink, default_write_policy
-from connectors.providers.base import ExternalTaskRef, ProviderError, normalize_state_name
+from connectors.providers.base import ExternalTaskRef
 from issues.actors import SYSTEM
 from issues.choices import IssueStatus
 from issues.services.activity import activity_record
 
-from .common import adapter_class, adapter_for, conf, sync_error_record
+from .common import adapter_class, adapter_for, conf, failure_of, retry_backoff, sync_error_record
 
 log = logging.getLogger("connectors.outbound")
 
@@ -134,8 +132,8 @@ def marker(effect_id) -> str:
 
 
 # ---------------------------------------------------------------------------------------- recording
-def _links_of(issue):
-    return list(TaskLink.objects.select_related("instance").filter(issue_id=issue.pk)
+def _links_of(issue_id):
+    return list(TaskLink.objects.select_related("instance").filter(issue_id=issue_id)
                 .exclude(status=LinkStatus.UNLINKED))
 
 
@@ -187,12 +185,6 @@ def _kick(effect_id, due):
     transaction.on_commit(send)
 
 
-def kick_pending(link: TaskLink):
-    """Drain the effects recorded for a link by the layer-2 paths (backlink, routing notice) after commit."""
-    for effect_id in OutboundEffect.objects.filter(link=link, status=OutboundStatus.PENDING,
-                                                  next_attempt_at__isnull=True).values_list("pk", flat=True):
-        _kick(effect_id, timezone.now())
-
 
 def _comment(link: TaskLink, source_id: str, milestone: str, text: str, agent_name: str | None, toggle: str):
     if write_refusal(link, OutboundKind.COMMENT, toggle=toggle):
@@ -209,7 +201,7 @@ def _agent_name(issue) -> str | None:
 def status_changed(*, issue, old: str, new: str, actor=None):
     """§10.3 status projection for every linked, write-enabled link of the issue."""
     stamp = (issue.updated_at or timezone.now()).isoformat()
-    for link in _links_of(issue):
+    for link in _links_of(issue.pk):
         if write_refusal(link, OutboundKind.COMMENT) and write_refusal(link, OutboundKind.STATE):
             continue
         category = STATUS_CATEGORY.get(new)
@@ -254,7 +246,7 @@ def status_changed(*, issue, old: str, new: str, actor=None):
 
 def claimed(*, issue, run_id):
     """Checkout is the claim (§9.2); projected as a status comment (§10.3 claim/run state)."""
-    for link in _links_of(issue):
+    for link in _links_of(issue.pk):
         name = _agent_name(issue)
         _comment(link, f"claim:{run_id}", "claim", f"{name or 'An agent'} picked this up (run {str(run_id)[:8]}).",
                  name, "postProgressComments")
@@ -269,7 +261,7 @@ def agent_comment(*, comment):
         return
     issue = comment.issue
     agent_name = comment.author_agent.name if comment.author_agent_id else None
-    for link in _links_of(issue):
+    for link in _links_of(issue.pk):
         if toggle_on(link, "mirrorAgentComments"):
             _comment(link, f"comment:{comment.pk}", "mirror", comment.body, agent_name, "mirrorAgentComments")
             continue
@@ -286,19 +278,20 @@ def run_finished(*, run):
     """A failed or abandoned run is reported on the tracker visibly, with what happens next."""
     if run.status not in FAILED_RUN_STATUSES or run.issue_id is None:
         return
-    from issues.models import Issue
+    from issues.services.runs import next_retry_attempt, runtime_setting
 
-    issue = Issue.objects.select_related("assignee_agent").get(pk=run.issue_id)
-    from django.conf import settings
-
-    max_retries = settings.PAPERCLIP.get("RUN_MAX_RETRIES", 3)
-    if run.retry_attempt < max_retries and run.status != "interrupted":
-        nxt = f"Paperclip retries automatically (attempt {run.retry_attempt + 1} of {max_retries})."
+    links = _links_of(run.issue_id)
+    if not links:
+        return
+    attempt = next_retry_attempt(run, run.agent)  # the host's own retry rule, not a guess at it
+    if attempt is not None:
+        limit = runtime_setting(run.agent, "maxRetries", "RUN_MAX_RETRIES")
+        nxt = f"Paperclip retries automatically (attempt {attempt} of {limit})."
     else:
         nxt = "No automatic retry is left: the issue waits for someone in Paperclip to look at it."
     reason = (run.error or run.liveness_reason or run.status).strip().splitlines()[0][:300] if (
         run.error or run.liveness_reason) else run.status
-    for link in _links_of(issue):
+    for link in links:
         _comment(link, f"run:{run.pk}:failure", "failure",
                  f"The agent run {run.status.replace('_', ' ')}: {reason}. {nxt}", run.agent.name,
                  "postProgressComments")
@@ -330,15 +323,6 @@ def _refusal_at_delivery(effect: OutboundEffect, link: TaskLink) -> str:
         return write_refusal(link, effect.kind)
     return write_refusal(link, effect.kind, toggle=toggle)
 
-
-def _backoff(attempts: int, retry_after: float | None) -> timedelta:
-    base = float(conf("RETRY_BASE_SECONDS"))
-    delay = min(base * (2 ** max(attempts - 1, 0)), float(conf("RETRY_MAX_SECONDS")))
-    if base > 0:
-        delay *= random.uniform(0.8, 1.2)
-    if retry_after:
-        delay = max(delay, float(retry_after))
-    return timedelta(seconds=delay)
 
 
 def effect_deliver(*, effect_id) -> str:
@@ -432,9 +416,7 @@ def _find_marked(adapter, ref, mark: str) -> str | None:
 
 
 def _failed(effect: OutboundEffect, link: TaskLink, exc: Exception) -> str:
-    category = exc.category if isinstance(exc, ProviderError) and exc.category in ErrorCategory.values \
-        else ErrorCategory.APPLY_FAILED
-    message = f"{type(exc).__name__}: {exc}"[:2000]
+    category, message = failure_of(exc)
     with transaction.atomic():
         row = OutboundEffect.objects.select_for_update().get(pk=effect.pk)
         row.error_message = message
@@ -442,7 +424,7 @@ def _failed(effect: OutboundEffect, link: TaskLink, exc: Exception) -> str:
             row.status, row.next_attempt_at = OutboundStatus.FAILED, None
             result = "failed"
         else:
-            row.next_attempt_at = timezone.now() + _backoff(row.attempts, getattr(exc, "retry_after", None))
+            row.next_attempt_at = timezone.now() + retry_backoff(row.attempts, getattr(exc, "retry_after", None))
             result = "retry"
         row.save(update_fields=["status", "error_message", "next_attempt_at"])
         sync_error_record(instance=link.instance, category=category, link=link,

@@ -6,6 +6,7 @@ rolling window of links per tick (cursor ``reconcile:links``) with batched state
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from connectors.choices import (
@@ -237,6 +238,9 @@ def events_due(now=None, limit: int | None = None) -> list[tuple]:
     return list(qs[: limit or int(conf("SWEEP_BATCH"))])
 
 
+KEPT_ERRORS = 1000  # health entries kept per instance
+
+
 def retention_prune(now=None) -> dict:
     """Keep the inbox and the error log bounded on a busy installation: finished events older than
     the retention window lose their row (their effects and the audit log remain; a very late
@@ -251,9 +255,12 @@ def retention_prune(now=None) -> dict:
     events, _ = InboundEvent.objects.filter(status__in=(EventStatus.APPLIED, EventStatus.DROPPED),
                                             received_at__lt=cutoff).delete()
     errors = 0
-    for instance_id in ConnectorInstance.objects.values_list("pk", flat=True):
+    # One grouped read finds the few instances over the cap; the rest cost nothing per tick.
+    over = (SyncError.objects.values("instance_id").annotate(n=Count("id")).filter(n__gt=KEPT_ERRORS)
+            .values_list("instance_id", flat=True))
+    for instance_id in over:
         keep_from = (SyncError.objects.filter(instance_id=instance_id).order_by("-at", "-id")
-                     .values_list("id", flat=True)[999:1000])
+                     .values_list("id", flat=True)[KEPT_ERRORS - 1:KEPT_ERRORS])
         keep_from = list(keep_from)
         if keep_from:
             errors += SyncError.objects.filter(instance_id=instance_id, id__lt=keep_from[0]).delete()[0]

@@ -164,10 +164,10 @@ def _revision_number(value, default):
         raise Http404("No such revision.") from None
 
 
-def revision_diff(old: str, new: str) -> list[tuple[str, str]]:
+def revision_diff(old: str, new: str, n: int = 3) -> list[tuple[str, str]]:
     """``(kind, line)`` pairs of a unified diff (kind: hunk, add, del, ctx); the template escapes."""
     rows = []
-    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=3):
+    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=n):
         if line.startswith(("---", "+++")):
             continue
         kind = {"@": "hunk", "+": "add", "-": "del"}.get(line[:1], "ctx")

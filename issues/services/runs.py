@@ -244,11 +244,20 @@ def _follow_up(run: HeartbeatRun):
         _continue(run, agent, issue)
 
 
+def next_retry_attempt(run: HeartbeatRun, agent: Agent) -> int | None:
+    """The attempt number a retry of this ended run gets, or None when it is not retried: only
+    process loss (timed out / interrupted) without a stop, within the agent's retry budget."""
+    if run.stop_reason or run.status not in RETRYABLE:
+        return None
+    attempt = run.retry_attempt + 1
+    return attempt if attempt <= runtime_setting(agent, "maxRetries", "RUN_MAX_RETRIES") else None
+
+
 def _schedule_retry(run, agent, issue):
     from .wakeups import agent_wakeup
 
-    attempt = run.retry_attempt + 1
-    if attempt > runtime_setting(agent, "maxRetries", "RUN_MAX_RETRIES"):
+    attempt = next_retry_attempt(run, agent)
+    if attempt is None:
         return
     due = timezone.now() + retry_delay(attempt)
     agent_wakeup(actor=SYSTEM, agent=agent, source=WakeSource.AUTOMATION, reason="retry", issue=issue,
