@@ -39,6 +39,7 @@ from issues.console.runs import STOP_POLLING
 from issues.console.permissions import (
     ACT_ON_WORK,
     ADMIN,
+    can,
     console_action,
     console_actor,
     console_page,
@@ -76,8 +77,8 @@ TEXT_FIELDS = ("title", "description", "priority", "state")
 
 
 def _flags(request, company) -> dict:
-    return {"act": has_role(request, company.pk, ACT_ON_WORK),
-            "manage": has_role(request, company.pk, MANAGE_CONNECTORS)}
+    """The console's usual flags plus whether connectors may be managed."""
+    return {**can(request, company), "manage": has_role(request, company.pk, MANAGE_CONNECTORS)}
 
 
 def _instance(request, instance_id) -> ConnectorInstance:

@@ -259,7 +259,8 @@ def retention_prune(now=None) -> dict:
     over = (SyncError.objects.values("instance_id").annotate(n=Count("id")).filter(n__gt=KEPT_ERRORS)
             .values_list("instance_id", flat=True))
     for instance_id in over:
-        keep_from = (SyncError.objects.filter(instance_id=instance_id).order_by("-at", "-id")
+        # Newest by id, the same order the delete uses (timestamps can tie or step back with the clock).
+        keep_from = (SyncError.objects.filter(instance_id=instance_id).order_by("-id")
                      .values_list("id", flat=True)[KEPT_ERRORS - 1:KEPT_ERRORS])
         keep_from = list(keep_from)
         if keep_from:

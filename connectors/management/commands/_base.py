@@ -70,3 +70,24 @@ class ConnectorCommand(BaseCommand):
             self.stdout.write(json.dumps(result, default=str))
         else:
             self.stdout.write(text)
+
+
+class InstanceOrLinkCommand(ConnectorCommand):
+    """An intervention on a whole instance (INSTANCE) or one link (--link): pause and resume."""
+    verb = ""
+    instance_action = link_action = None  # services taking (actor, idempotency_key, reason, instance|link)
+
+    def add_arguments(self, parser):
+        parser.add_argument("instance", nargs="?")
+        parser.add_argument("--link")
+        self.add_actor_arguments(parser)
+
+    def handle(self, *args, **options):
+        common = {"actor": self.actor(options), "idempotency_key": self.key(options), "reason": options["reason"]}
+        if options["link"]:
+            result = self.call(type(self).link_action, link=self.link(options["link"]), **common)
+        elif options["instance"]:
+            result = self.call(type(self).instance_action, instance=self.instance(options["instance"]), **common)
+        else:
+            raise CommandError("Give an instance id or --link.")
+        self.emit(options, result, f"{self.verb}: {result}")

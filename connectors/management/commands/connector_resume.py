@@ -1,25 +1,11 @@
 """Resume a connector instance, or one link with --link."""
-from django.core.management.base import CommandError
-
 from connectors.services.interventions import instance_resume, link_resume
 
-from ._base import ConnectorCommand
+from ._base import InstanceOrLinkCommand
 
 
-class Command(ConnectorCommand):
+class Command(InstanceOrLinkCommand):
     help = "Resume a connector instance (INSTANCE) or a single link (--link LINK_ID)."
-
-    def add_arguments(self, parser):
-        parser.add_argument("instance", nargs="?")
-        parser.add_argument("--link")
-        self.add_actor_arguments(parser)
-
-    def handle(self, *args, **options):
-        common = {"actor": self.actor(options), "idempotency_key": self.key(options), "reason": options["reason"]}
-        if options["link"]:
-            result = self.call(link_resume, link=self.link(options["link"]), **common)
-        elif options["instance"]:
-            result = self.call(instance_resume, instance=self.instance(options["instance"]), **common)
-        else:
-            raise CommandError("Give an instance id or --link.")
-        self.emit(options, result, f"resume: {result}")
+    verb = "resume"
+    instance_action = staticmethod(instance_resume)
+    link_action = staticmethod(link_resume)
