@@ -13,8 +13,7 @@ from django.views.decorators.http import require_GET
 from issues.console.base import adopt_company, error_text, perform, render_page
 from issues.console.permissions import ACT_ON_WORK, console_action, console_actor, console_page, require_role
 from issues.exceptions import ApiError, InvalidInput, NotFound
-from issues.models import Agent
-from issues.selectors import document_list, scoped_get
+from issues.selectors import assignable_agents, document_list, scoped_get
 from paperclip.core.markdown import render_markdown
 
 from . import handoffs, selectors, services
@@ -119,8 +118,7 @@ def case_detail(request, ref):
         "documents": list(document_list(issue=case.primary_task)) if case.primary_task_id else [],
         "handoffs": list(CaseHandoff.objects.filter(case=case).select_related("from_agent", "to_agent", "workflow")
                          .order_by("-created_at", "-id")),
-        "agents": Agent.objects.filter(company=case.company).exclude(status="terminated").order_by("name")
-        .only("id", "name"),
+        "agents": assignable_agents(company=case.company),
         "definitions": WorkflowDefinition.objects.filter(company=case.company).order_by("name").only("id", "name"),
         "keep": KEEP, "detach": DETACH,
         "retryable": RETRYABLE,

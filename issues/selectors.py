@@ -8,7 +8,7 @@ from django.db.models import Q
 from issues.actors import Actor
 from issues.exceptions import InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
-from issues.models import Approval, Comment, Document, HeartbeatRun, Issue, RunEvent
+from issues.models import Agent, Approval, Comment, Document, HeartbeatRun, Issue, RunEvent
 
 ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")
 
@@ -214,6 +214,14 @@ def company_dashboard(*, company) -> dict:
     activity = list(ActivityLog.objects.filter(company=company).select_related("actor_agent", "actor_user")[:15])
     return {"agents": agents, "issues_by_status": by_status, "open_issues": sum(counts.values()),
             "live_runs": live_runs, "pending_interactions": pending, "recent_activity": activity}
+
+
+def assignable_agents(*, company):
+    """Agents a console form may offer for new work: everyone but the terminated, by name."""
+    from issues.choices import AgentStatus
+
+    return Agent.objects.filter(company=company).exclude(status=AgentStatus.TERMINATED).order_by("name").only(
+        "id", "name")
 
 
 def agent_console_list(*, company):

@@ -507,6 +507,19 @@ def test_board_patch_to_in_progress_without_assignee_changes_nothing(w):
     assert_unchanged(before)
 
 
+def test_work_cannot_be_assigned_to_a_terminated_agent(w):
+    owner = board_client_for(w.company, "owner", "owner-terminated")
+    gone = AgentFactory(company=w.company, name="retired-bot", status="terminated")
+    before = db_snapshot()
+    response = send(owner, "PATCH", f"/api/issues/{w.issue.pk}", {"title": "New title", "assigneeAgentId": str(gone.pk)})
+    assert_error(response, 400, fields=["assigneeAgentId"])
+    assert "terminated" in response.json()["error"]["details"]["assigneeAgentId"][0]
+    response = send(owner, "POST", f"/api/companies/{w.company.pk}/issues",
+                    {"title": "For the retired", "assigneeAgentId": str(gone.pk)})
+    assert_error(response, 400, fields=["assigneeAgentId"])
+    assert_unchanged(before)
+
+
 def test_create_with_a_bad_reference_creates_nothing_and_uses_no_number(w):
     counter = Company.objects.get(pk=w.company.pk).issue_counter
     before = db_snapshot()

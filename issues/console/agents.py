@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 from issues.choices import AdapterType, AgentRole
 from issues.exceptions import ApiError, NotFound
 from issues.models import Agent, AgentApiKey, HeartbeatRun
-from issues.selectors import agent_console_list, scoped_get
+from issues.selectors import agent_console_list, assignable_agents, scoped_get
 from issues.services.agents import agent_adapter_update, agent_pause, agent_resume
 from issues.services.companies import agent_api_key_create, agent_api_key_revoke, agent_create
 
@@ -34,8 +34,8 @@ class AgentCreateForm(forms.Form):
 
     def __init__(self, *args, company, **kwargs):
         super().__init__(*args, **kwargs)
-        agents = Agent.objects.filter(company=company).order_by("name").values_list("id", "name")
-        self.fields["reports_to"].choices = [("", "Nobody"), *[(str(pk), name) for pk, name in agents]]
+        agents = assignable_agents(company=company)
+        self.fields["reports_to"].choices = [("", "Nobody"), *[(str(a.pk), a.name) for a in agents]]
 
 
 class AdapterForm(forms.Form):

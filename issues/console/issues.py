@@ -11,8 +11,9 @@ from django.views.decorators.http import require_GET
 
 from issues.choices import InteractionStatus, IssuePriority, IssueStatus
 from issues.forms import CONSOLE_FILTER_FIELDS, STATUS_SUGGESTIONS, style_issue_filter_form
-from issues.models import Agent, Interaction
+from issues.models import Interaction
 from issues.selectors import (
+    assignable_agents,
     document_get,
     document_revisions,
     issue_detail as issue_detail_read,
@@ -92,7 +93,7 @@ def issue_detail(request, ref):
         "poll_every": POLL_EVERY,
         "statuses": IssueStatus.choices,
         "priorities": IssuePriority.choices,
-        "agents": Agent.objects.filter(company=issue.company).order_by("name").only("id", "name"),
+        "agents": assignable_agents(company=issue.company),
         "issue_panels": issue_panels(request, issue),  # e.g. the connector link panel (issues/console/panels.py)
     }
     return render_page(request, "console/issues/detail.html", None, context)

@@ -23,7 +23,7 @@ from issues.selectors import walk_up
 from issues.workspaces.service import new_issue_workspace_fields
 
 from .activity import activity_record
-from .lookups import company_object
+from .lookups import assignable_agent, company_object
 from .wakeups import wake_assignee
 
 LOCK_FIELDS = {"checkout_run": None, "execution_run": None, "execution_locked_at": None}
@@ -121,7 +121,7 @@ def issue_create(
         parent, adjustment = (_agent_parent(requested) if actor.is_agent else (requested, None))
         project = company_object(Project, company.pk, project_id, "projectId")
         goal = company_object(Goal, company.pk, goal_id, "goalId")
-        assignee = company_object(Agent, company.pk, assignee_agent_id, "assigneeAgentId")
+        assignee = assignable_agent(company.pk, assignee_agent_id)
         inherit_from = company_object(Issue, company.pk, inherit_workspace_from_id,
                                       "inheritExecutionWorkspaceFromIssueId")
         if goal is None and parent is not None:
@@ -247,8 +247,12 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             adjustment = _apply_parent_change(actor, issue, changes["parent_id"], set_field)
         reassigned = False
         if "assignee_agent_id" in changes:
-            agent = company_object(Agent, issue.company_id, changes["assignee_agent_id"], "assigneeAgentId")
-            new_id = agent.pk if agent else None
+            new_id = changes["assignee_agent_id"]
+            if str(new_id or "") != str(issue.assignee_agent_id or ""):  # keeping a terminated assignee is no change
+                agent = assignable_agent(issue.company_id, new_id)
+                new_id = agent.pk if agent else None
+            else:
+                new_id = issue.assignee_agent_id
             reassigned = new_id != issue.assignee_agent_id
             set_field("assignee_agent_id", new_id)
             if reassigned:

@@ -1,7 +1,7 @@
 """Resolve ids that arrive in request bodies, always inside one company (else 404)."""
 from django.core.exceptions import ValidationError
 
-from issues.exceptions import NotFound
+from issues.exceptions import InvalidInput, NotFound
 
 
 def company_object(model, company_id, pk, field: str):
@@ -11,3 +11,14 @@ def company_object(model, company_id, pk, field: str):
         return model.objects.get(pk=pk, company_id=company_id)
     except (model.DoesNotExist, ValidationError, ValueError):
         raise NotFound(f"{model._meta.verbose_name.capitalize()} not found.", details={field: [f"No such {model._meta.verbose_name} in this company."]})
+
+
+def assignable_agent(company_id, pk, field: str = "assigneeAgentId"):
+    """An agent of the company that can take work: a terminated agent never runs again."""
+    from issues.choices import AgentStatus
+    from issues.models import Agent
+
+    agent = company_object(Agent, company_id, pk, field)
+    if agent is not None and agent.status == AgentStatus.TERMINATED:
+        raise InvalidInput(details={field: [f"Agent '{agent.name}' is terminated and cannot take work."]})
+    return agent
