@@ -121,6 +121,8 @@ CASES = [
          lambda o, t: (f"/api/connectors/{s(o.instance)}",
                        {"routingRules": [{"kind": "default_route", "agentId": s(t.agent)}]})),
     Case("instance-health", "connector-health", "GET", lambda o, t: (f"/api/connectors/{s(t.instance)}/health", None)),
+    Case("instance-check-mapping", "connector-check-mapping", "POST",
+         lambda o, t: (f"/api/connectors/{s(t.instance)}/check-mapping", None)),
     Case("instance-links", "connector-links", "GET", lambda o, t: (f"/api/connectors/{s(t.instance)}/links", None)),
     Case("instance-import", "connector-import", "POST",
          lambda o, t: (f"/api/connectors/{s(t.instance)}/import", {**KEY, "externalKey": "acme/tracker#2"})),
@@ -175,7 +177,9 @@ def send(c, method, path, body):
 
 def test_every_connector_route_and_method_has_a_cross_company_case():
     routes = {r for r in api_routes() if (r[0] or "").startswith("connector") and r[0] not in NOT_COMPANY_SCOPED}
-    covered = {(c.route, c.method) for c in CASES}
+    from tests.test_connectors_agent_tools import AGENT_TOOL_CASES  # their 404 cases live in that module
+
+    covered = {(c.route, c.method) for c in CASES + AGENT_TOOL_CASES}
     assert not routes - covered, f"connector routes without a cross-company case: {sorted(routes - covered)}"
     assert not covered - routes, f"cases for routes that no longer exist: {sorted(covered - routes)}"
 

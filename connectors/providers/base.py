@@ -247,6 +247,16 @@ class TaskSourceAdapter:
         """Field -> reasons for a bad mapping (empty when valid)."""
         return {}
 
+    def workflow_metadata(self, scope: str) -> Mapping[str, Any] | None:
+        """Live workflow of container ``scope`` for setup validation (§7.2: "validated at setup against live
+        provider workflow metadata where available"); ``None`` when the provider has none (GitHub).
+
+        Shape: ``{"containerKind": "project", "keys": [spellings mapping overrides may use for this
+        container], "nameSections": [state_mapping keys whose keys are state names], "overrideSection":
+        state_mapping key of per-container overrides, "states": [{"name", "category", "mapped", ...}]}``.
+        Raises ProviderError like any read."""
+        return None
+
     # --- §5.2 optional writes ----------------------------------------------------------------
     def create_task(self, scope: str, projection: Mapping[str, Any]) -> ExternalTask:
         raise NotImplementedError

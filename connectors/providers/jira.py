@@ -356,6 +356,9 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
             envelope["unmappedPriority"] = prio_name
         if unmapped:
             envelope["unmappedState"] = unmapped
+        # The category came from the status name, the status category or a project override: tell the
+        # engine, whose name-only lookup would report a category-mapped status as unmapped (§7.2).
+        envelope["stateMapped"] = unmapped is None
         mentions = list(dict.fromkeys(t_mentions + d_mentions))
         if mentions:
             envelope["mentionsNeutralized"] = mentions
@@ -707,3 +710,9 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
             "application": {"type": "ai.paperclip", "name": "Paperclip"},
             "relationship": "tracked in",
             "object": {"url": paperclip_url, "title": "Paperclip", "summary": "Tracked in Paperclip"}})
+
+    # --- setup validation (TaskSourceAdapter.workflow_metadata) --------------------------------------
+    def workflow_metadata(self, scope: str) -> dict:
+        """The project's live statuses (:meth:`workflow_statuses`) and where the mapping names statuses."""
+        return {"containerKind": "project", "keys": [self._scope(scope)], "nameSections": ["statuses"],
+                "overrideSection": "projects", "states": self.workflow_statuses(scope)}

@@ -391,6 +391,9 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
             "descriptionFormat": "markdown",
         }
         note_envelope(envelope, t_mentions + d_mentions, unmapped)
+        # The adapter resolved the category (type defaults, names, team overrides): tell the engine, whose
+        # name-only lookup would report a type-mapped state such as "Todo" as unmapped (§7.2).
+        envelope["stateMapped"] = unmapped is None
         return ExternalTask(
             provider_key=self.provider_key, external_id=issue_id, external_key=identifier, title=title or "",
             description=description, state=state, priority=linear_priority(issue.get("priority")),
@@ -710,3 +713,16 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
         self._mutation_ok(self.graphql("AttachmentCreate", M_ATTACHMENT_CREATE, {"input": {
             "issueId": issue_id, "url": paperclip_url, "title": BACKLINK_TITLE,
             "subtitle": "Tracked in Paperclip", "metadata": {"paperclip": "backlink"}}}), "attachmentCreate")
+
+    # --- setup validation (TaskSourceAdapter.workflow_metadata) --------------------------------------
+    def workflow_metadata(self, scope: str) -> dict:
+        """The team's workflow states (as :meth:`workflow_states`, plus ``mapped``) and where the mapping
+        names states; per-team overrides may be keyed by the team key or id."""
+        team = self._teams(self._scope(scope))
+        states = []
+        for node in self._nodes(team.get("states")):
+            state, unmapped = self._state(node, team)
+            states.append({"id": node.get("id"), "name": node.get("name"), "type": node.get("type"),
+                           "category": state.category, "mapped": unmapped is None})
+        return {"containerKind": "team", "keys": [k for k in (scope, team.get("key"), team.get("id")) if k],
+                "nameSections": ["states"], "overrideSection": "teams", "states": states}

@@ -232,10 +232,21 @@ def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
         task = _read_back(instance, verified)
     link = active_link(instance, task.external_id)
     if link is None:
+        if _unlinked(instance, task.external_id):
+            return dropped(UNLINKED_TEXT)
         return task_import(instance=instance, task=task, key=key, actor=verified.actor)
     if verified.actor is not None and _own_actor(instance, verified.actor):
         return dropped("the connector's own change (echo)")
     return link_apply_task(instance=instance, link=link, task=task, key=key, actor=verified.actor)
+
+
+UNLINKED_TEXT = "the task was unlinked by an operator (§6.4); import or link it by hand to sync it again"
+
+
+def _unlinked(instance, external_task_id: str) -> bool:
+    """An operator severed this task's link: tracker events must not quietly import or re-link it."""
+    return TaskLink.objects.filter(instance=instance, external_task_id=external_task_id,
+                                   status=LinkStatus.UNLINKED).exists()
 
 
 def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: bool = False) -> Outcome:
@@ -349,6 +360,8 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
     held = set()  # fields in conflict: their base stays where it was until the conflict is resolved
     if not observer:
         held = _fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, actor_text)
+    pending = _paperclip_pending(issue, task, ext, base_pc, changes)
+    issue_before = issue.pk
 
     previous_category = link.external_state_category or base_ext.get("category")
     category_changed = previous_category != task.state.category
@@ -377,7 +390,9 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
     link.last_external_revision = task.revision
     link.envelope = dict(task.envelope or {})
     link.last_inbound_at = timezone.now()
-    link.base_snapshot = _base_advance(ext, links.paperclip_snapshot(issue), base_ext, base_pc, held)
+    if issue.pk != issue_before:
+        pending = set()  # retargeted to a follow-up: its base starts from its own values
+    link.base_snapshot = _base_advance(ext, links.paperclip_snapshot(issue), base_ext, base_pc, held, pending)
     link.save(update_fields=["external_title", "external_key", "external_url", "external_state_name",
                              "external_state_category", "external_updated_at", "last_external_revision", "envelope",
                              "last_inbound_at", "base_snapshot", "issue", "routing", "handoff_history", "updated_at"])
@@ -434,14 +449,30 @@ def _fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, a
     return held
 
 
-def _base_advance(ext: dict, pc: dict, base_ext: dict, base_pc: dict, held: set) -> dict:
-    """The new base: both sides' current values, except the fields held by an open conflict."""
+def _paperclip_pending(issue, task, ext: dict, base_pc: dict, changes: dict) -> set:
+    """Fields edited in Paperclip since the base that the tracker has not caught up with (not applied
+    from the tracker now, not equal to its value): their Paperclip base must not move, or an unrelated
+    tracker event would absorb the edit and a later tracker change would overwrite it silently."""
+    pending = set()
+    for field, attr in SYNCED_FIELDS:
+        if attr is None or attr in changes:
+            continue
+        current = getattr(issue, attr)
+        incoming = links.issue_priority(task) if field == "priority" else ext.get(field)
+        if current != base_pc.get(attr, current) and current != incoming:
+            pending.add(field)
+    return pending
+
+
+def _base_advance(ext: dict, pc: dict, base_ext: dict, base_pc: dict, held: set, pending: set = frozenset()) -> dict:
+    """The new base: both sides' current values, except the fields held by an open conflict and the
+    Paperclip side of edits still waiting to reach the tracker."""
     ext, pc = dict(ext), dict(pc)
     for field, attr in SYNCED_FIELDS:
         if field in held:
             ext[field] = base_ext.get(field)
-            if attr:
-                pc[attr] = base_pc.get(attr, pc.get(attr))
+        if attr and (field in held or field in pending):
+            pc[attr] = base_pc.get(attr, pc.get(attr))
     return {"external": ext, "paperclip": pc}
 
 
@@ -548,6 +579,8 @@ def _comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     if link is None:
         if verified.task is None:
             return dropped("comment on a task that is not linked")
+        if _unlinked(instance, comment.external_task_id):
+            return dropped(UNLINKED_TEXT)
         outcome = task_import(instance=instance, task=verified.task, key=key, actor=verified.actor)
         link = active_link(instance, comment.external_task_id)
         if link is None:
