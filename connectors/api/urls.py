@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, webhook
+from . import agent_tools, setup_views, views, webhook
 
 urlpatterns = [
     path("companies/<str:company_id>/connectors", views.CompanyConnectorsView.as_view(), name="connector-instances"),
@@ -13,6 +13,8 @@ urlpatterns = [
     path("connectors/<str:instance_id>/import", views.ConnectorImportView.as_view(), name="connector-import"),
     path("connectors/<str:instance_id>/pause", views.ConnectorPauseView.as_view(), name="connector-pause"),
     path("connectors/<str:instance_id>/resume", views.ConnectorResumeView.as_view(), name="connector-resume"),
+    path("connectors/<str:instance_id>/check-mapping", setup_views.ConnectorCheckMappingView.as_view(),
+         name="connector-check-mapping"),
     path("connectors/<str:instance_id>/credentials", views.ConnectorCredentialsView.as_view(),
          name="connector-credentials"),
     path("connector-links/<str:link_id>", views.LinkDetailView.as_view(), name="connector-link-detail"),
@@ -28,4 +30,11 @@ urlpatterns = [
          name="connector-conflict-resolve"),
     path("issues/<str:issue_id>/connector-links", views.IssueConnectorLinksView.as_view(),
          name="connector-issue-links"),
+    # connector agent tools (§10.1, §11.3): used by agents during a heartbeat
+    path("agent-tools/connector/conflicts", agent_tools.AgentConflictsView.as_view(),
+         name="connector-agent-tools-conflicts"),
+    path("agent-tools/connector/conflicts/<str:conflict_id>/resolve", agent_tools.AgentConflictResolveView.as_view(),
+         name="connector-agent-tools-conflict-resolve"),
+    path("agent-tools/connector/links/<str:link_id>/comment", agent_tools.AgentLinkCommentView.as_view(),
+         name="connector-agent-tools-link-comment"),
 ]

@@ -14,11 +14,12 @@ from connectors.models import Conflict, OutboundEffect, TaskLink
 from issues.actors import Actor
 from issues.choices import IssuePriority, IssueStatus
 from issues.exceptions import Conflict as ConflictError
-from issues.exceptions import InvalidInput
+from issues.exceptions import Forbidden, InvalidInput
 from issues.services.activity import activity_record
 from issues.services.issues import issue_update
 
 from . import links
+from .agent_tools import require_agent_issue
 from .common import link_set_status
 from .interventions import require_writer
 
@@ -40,8 +41,10 @@ def conflict_resolve(*, actor: Actor, conflict: Conflict, action: str, merged_va
                      expected_status: str = ConflictStatus.OPEN, idempotency_key: str = "") -> Conflict:
     """Resolve one conflict entry. Raises Conflict(409, conflict_not_open) when it is no longer in
     ``expected_status`` (someone resolved it meanwhile) and InvalidInput for a bad action or a
-    missing merged value. A repeat with the idempotency key of the recorded resolution returns it."""
-    require_writer(actor, conflict.company_id)
+    missing merged value. A repeat with the idempotency key of the recorded resolution returns it.
+    Board writers resolve any conflict of their company; agents (the connector agent tools) only
+    those on their own issue checked out by their run, and never by unlinking (see agent_tools)."""
+    _authorize(actor, conflict, action)
     if action not in ConflictAction.values:
         raise InvalidInput(details={"action": [f"Must be one of: {', '.join(ConflictAction.values)}."]})
     if action == ConflictAction.MERGE_MANUAL:
@@ -55,6 +58,8 @@ def conflict_resolve(*, actor: Actor, conflict: Conflict, action: str, merged_va
         # Lock order as in the inbound path: the link (with its issue) first, then the entry.
         link = (TaskLink.objects.select_for_update(of=("self", "issue")).select_related("issue", "instance")
                 .get(pk=conflict.link_id))
+        if actor.is_agent:
+            require_agent_issue(actor, link.issue, write=True)  # again, under the issue lock
         row = Conflict.objects.select_for_update().get(pk=conflict.pk)
         if row.status != expected_status or row.status != ConflictStatus.OPEN:
             if key and row.resolution_key == key and row.resolution == action:
@@ -77,8 +82,25 @@ def conflict_resolve(*, actor: Actor, conflict: Conflict, action: str, merged_va
                         entity_type="connector_link", entity_id=link.pk,
                         details={"conflictId": str(row.pk), "kind": row.kind, "field": row.field, "action": action,
                                  "value": result.get("value"), "outboundEffectId": result.get("effectId"),
-                                 "idempotencyKey": key, "instanceId": str(link.instance_id)})
+                                 "idempotencyKey": key, "instanceId": str(link.instance_id),
+                                 **_agent_details(actor)})
     return row
+
+
+def _authorize(actor: Actor, conflict: Conflict, action: str):
+    if not actor.is_agent:
+        require_writer(actor, conflict.company_id)
+        return
+    if action == ConflictAction.UNLINK:
+        raise Forbidden("Unlinking is reserved to board users.", code="board_only")
+    require_agent_issue(actor, conflict.link.issue, write=True)
+
+
+def _agent_details(actor: Actor) -> dict:
+    """The Conflict row only names a resolving user; an agent resolution is attributed here."""
+    if not actor.is_agent:
+        return {}
+    return {"resolvedByAgentId": str(actor.agent.pk), "runId": str(actor.run.pk)}
 
 
 def link_status_recompute(link: TaskLink, *, cause: str, key: str = ""):

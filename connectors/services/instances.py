@@ -13,6 +13,7 @@ from issues.services.lookups import company_object
 
 from .common import adapter_class, conf, provider_known
 from .interventions import require_admin, secret_input
+from .mapping_check import CHECKED_FIELDS, check_after_update
 
 SECRET_WORDS = ("token", "secret", "password", "apikey", "api_key", "private_key", "credential")
 CONFIG_FIELDS = {
@@ -155,6 +156,7 @@ def instance_update(*, actor: Actor, instance: ConnectorInstance, changes: dict,
     _validate(instance.company, changes, instance.provider_key)
     with transaction.atomic():
         row = ConnectorInstance.objects.select_for_update().get(pk=instance.pk)
+        before = {field: getattr(row, field) for field in CHECKED_FIELDS}
         for field, value in changes.items():
             if field in refs:
                 setattr(row, field.removesuffix("_id"), refs[field])
@@ -175,4 +177,10 @@ def instance_update(*, actor: Actor, instance: ConnectorInstance, changes: dict,
         activity_record(actor=actor, company_id=row.company_id, action="connector.updated", entity_type="connector",
                         entity_id=row.pk, details={"fields": sorted(changes),
                                                    "routingRulesReplaced": routing_rules is not None})
+        # §7.2 setup validation against the live workflow, after commit: it reads the provider, and its
+        # outcome (health entries included) must never undo or fail the update itself.
+        changed = {field for field in CHECKED_FIELDS if getattr(row, field) != before[field]}
+        if changed:
+            transaction.on_commit(lambda: check_after_update(actor=actor, instance_id=row.pk, changed=changed),
+                                  robust=True)
     return row

@@ -18,7 +18,7 @@ from issues.choices import (
     WakeSource,
 )
 from issues.exceptions import InvalidInput, NotCheckoutOwner, Unprocessable
-from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
+from issues.models import Company, Goal, Issue, IssueRelation, Project
 from issues.selectors import walk_up
 from issues.workspaces.service import new_issue_workspace_fields
 
