@@ -31,6 +31,18 @@ def reconcile_instance(instance_id: str):
 
 
 @shared_task(ignore_result=True, acks_late=True)
+def check_mapping(instance_id: str, changed: list, user_id: int | None = None):
+    """The state-mapping check after an instance update, off the request thread (provider calls)."""
+    from django.contrib.auth import get_user_model
+
+    from connectors.services.mapping_check import check_after_update
+    from issues.actors import SYSTEM, Actor
+
+    user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
+    check_after_update(actor=Actor(user=user) if user else SYSTEM, instance_id=instance_id, changed=set(changed))
+
+
+@shared_task(ignore_result=True, acks_late=True)
 def deliver_outbound(effect_id: int):
     from connectors.services.outbound import effect_deliver
 

@@ -1,6 +1,8 @@
 """Connector instance set-up and configuration (admin/owner only)."""
 from __future__ import annotations
 
+import logging
+
 from django.db import IntegrityError, transaction
 
 from connectors.choices import CommandPolicy, RoutingRuleKind, RunMode, SyncMode
@@ -13,7 +15,9 @@ from issues.services.lookups import company_object
 
 from .common import adapter_class, conf, provider_known
 from .interventions import require_admin, secret_input
-from .mapping_check import CHECKED_FIELDS, check_after_update
+from .mapping_check import CHECKED_FIELDS
+
+log = logging.getLogger("connectors.instances")
 
 SECRET_WORDS = ("token", "secret", "password", "apikey", "api_key", "private_key", "credential")
 CONFIG_FIELDS = {
@@ -181,6 +185,16 @@ def instance_update(*, actor: Actor, instance: ConnectorInstance, changes: dict,
         # outcome (health entries included) must never undo or fail the update itself.
         changed = {field for field in CHECKED_FIELDS if getattr(row, field) != before[field]}
         if changed:
-            transaction.on_commit(lambda: check_after_update(actor=actor, instance_id=row.pk, changed=changed),
-                                  robust=True)
+            user_id = actor.user.pk if actor.is_board else None
+            transaction.on_commit(lambda: _check_later(row.pk, changed, user_id), robust=True)
     return row
+
+
+def _check_later(instance_id, changed: set, user_id):
+    """Queue the mapping check (it calls the provider); with no broker the operator can run it on demand."""
+    from connectors import tasks
+
+    try:
+        tasks.check_mapping.delay(str(instance_id), sorted(changed), user_id)
+    except Exception:  # broker down: the update stands, the check is advisory
+        log.warning("state mapping check for connector %s not queued", instance_id)
