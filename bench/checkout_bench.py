@@ -21,7 +21,6 @@ view that does one ``SELECT ... FOR UPDATE`` and one ``UPDATE`` of a comparable 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -43,6 +42,9 @@ TARGET_RATIO = 0.5
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench import serving  # noqa: E402  (needs ROOT on sys.path)
+from bench.serving import serve_wsgi, stop_server  # noqa: E402,F401  (stop_server is used by the other benches)
 
 
 # --------------------------------------------------------------------------------------- setup
@@ -151,55 +153,12 @@ def serve(args):
     """Child process: the real app over HTTP on loopback until stdin closes."""
     configure_env(args)
     django_setup()
-    import logging
-
-    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
-    from django.core.wsgi import get_wsgi_application
-
-    application = get_wsgi_application()  # (re)configures logging, so quieten loggers after it
-    logging.getLogger("django.server").setLevel(logging.ERROR)  # no per-request access log
-    logging.getLogger("django.request").setLevel(logging.ERROR)  # no warning line per expected 409
-    server = ThreadedWSGIServer(("127.0.0.1", args.port), WSGIRequestHandler, allow_reuse_address=True)
-    server.set_app(application)
-
-    def watch_parent():
-        sys.stdin.read()  # EOF when the parent exits or closes the pipe
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
-    print(f"READY {server.server_address[1]}", flush=True)
-    server.serve_forever(poll_interval=0.2)
+    serve_wsgi(args.port)
 
 
 def start_server(args) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--port", "0"]
-    if args.conn_max_age is not None:
-        cmd += ["--conn-max-age", str(args.conn_max_age)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True)
-    deadline = time.monotonic() + 60
-    line = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("READY ") or not line:
-            break
-    if not line.startswith("READY "):
-        stop_server(proc)
-        sys.exit("checkout_bench: the server did not start")
-    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
-
-
-def stop_server(proc: subprocess.Popen):
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    extra = ["--conn-max-age", str(args.conn_max_age)] if args.conn_max_age is not None else []
+    return serving.start_server(__file__, extra, "checkout_bench")
 
 
 # ---------------------------------------------------------------------------------- the clients

@@ -26,14 +26,11 @@ worst case, 15 s on average): ``30 s / median`` and ``15 s / median``.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import hmac
 import json
 import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -50,6 +47,9 @@ SYMPHONY_POLL_SECONDS = 30.0
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import serving  # noqa: E402  (needs ROOT on sys.path)
+from bench.serving import github_signature, redis_empty, serve_wsgi, stop_server  # noqa: E402,F401
+
 
 def configure_env(args) -> str:
     url = os.environ.get("DATABASE_URL") or DEFAULT_DB
@@ -63,16 +63,8 @@ def configure_env(args) -> str:
     return url
 
 
-def redis_empty(db: int):
-    import redis
-
-    client = redis.Redis(host="127.0.0.1", port=6379, db=db)
-    for key in client.scan_iter(count=500):
-        client.delete(key)
-
-
 def sign(body: bytes) -> str:
-    return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return github_signature(SECRET, body)
 
 
 def body_for(template: dict, n: int, *, labeled: bool) -> bytes:
@@ -119,41 +111,11 @@ def serve(args):
     import django
 
     django.setup()
-    import logging
-
-    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
-    from django.core.wsgi import get_wsgi_application
-
-    application = get_wsgi_application()
-    logging.getLogger("django.server").setLevel(logging.ERROR)
-    logging.getLogger("django.request").setLevel(logging.ERROR)
-    server = ThreadedWSGIServer(("127.0.0.1", args.port), WSGIRequestHandler, allow_reuse_address=True)
-    server.set_app(application)
-
-    def watch_parent():
-        sys.stdin.read()
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
-    print(f"READY {server.server_address[1]}", flush=True)
-    server.serve_forever(poll_interval=0.2)
+    serve_wsgi(args.port)
 
 
 def start_server(args):
-    from bench.checkout_bench import stop_server
-
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--port", "0", "--redis-db", str(args.redis_db)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True)
-    deadline = time.monotonic() + 60
-    line = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("READY ") or not line:
-            break
-    if not line.startswith("READY "):
-        stop_server(proc)
-        sys.exit("symphony_latency_bench: the server did not start")
-    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
+    return serving.start_server(__file__, ["--redis-db", str(args.redis_db)], "symphony_latency_bench")
 
 
 def start_worker(args):
@@ -215,7 +177,7 @@ def main(argv=None):
     if args.serve:
         return serve(args)
 
-    from bench.checkout_bench import db_params, ensure_database, stop_server
+    from bench.checkout_bench import db_params, ensure_database
 
     url = configure_env(args)
     ensure_database(db_params(url))

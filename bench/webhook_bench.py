@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import hmac
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -49,6 +47,9 @@ CONTROL = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK")
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench import serving  # noqa: E402  (needs ROOT on sys.path)
+from bench.serving import github_signature, redis_empty, serve_wsgi, stop_server  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------- the server's URLconf
@@ -102,16 +103,8 @@ def django_setup():
     django.setup()
 
 
-def redis_empty(db: int):
-    import redis
-
-    client = redis.Redis(host="127.0.0.1", port=6379, db=db)
-    for key in client.scan_iter(count=500):
-        client.delete(key)
-
-
 def sign(body: bytes) -> str:
-    return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return github_signature(SECRET, body)
 
 
 def opened_body(template: dict, n: int) -> bytes:
@@ -159,43 +152,14 @@ def create_bench_data(args) -> dict:
 def serve(args):
     configure_env(args)
     django_setup()
-    import logging
-
-    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
-    from django.core.wsgi import get_wsgi_application
-
-    application = get_wsgi_application()
-    logging.getLogger("django.server").setLevel(logging.ERROR)
-    logging.getLogger("django.request").setLevel(logging.ERROR)
-    server = ThreadedWSGIServer(("127.0.0.1", args.port), WSGIRequestHandler, allow_reuse_address=True)
-    server.set_app(application)
-
-    def watch_parent():
-        sys.stdin.read()
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
-    print(f"READY {server.server_address[1]}", flush=True)
-    server.serve_forever(poll_interval=0.2)
+    serve_wsgi(args.port)
 
 
 def start_server(args):
-    from bench.checkout_bench import stop_server
-
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--port", "0", "--redis-db", str(args.redis_db)]
+    extra = ["--redis-db", str(args.redis_db)]
     if args.conn_max_age is not None:
-        cmd += ["--conn-max-age", str(args.conn_max_age)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True)
-    deadline = time.monotonic() + 60
-    line = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("READY ") or not line:
-            break
-    if not line.startswith("READY "):
-        stop_server(proc)
-        sys.exit("webhook_bench: the server did not start")
-    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
+        extra += ["--conn-max-age", str(args.conn_max_age)]
+    return serving.start_server(__file__, extra, "webhook_bench")
 
 
 # ---------------------------------------------------------------------------------- the clients
@@ -347,7 +311,7 @@ def main(argv=None):
     if args.serve:
         return serve(args)
 
-    from bench.checkout_bench import db_params, ensure_database, stop_server
+    from bench.checkout_bench import db_params, ensure_database
 
     url = configure_env(args)
     ensure_database(db_params(url))

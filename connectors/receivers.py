@@ -33,9 +33,14 @@ def on_issue_updated(sender, issue, actor=None, changes=None, **kwargs):
     from connectors.services import outbound
 
     change = (changes or {}).get("status")
-    if not change:
-        return
-    _guarded(outbound.status_changed, _issue_id=issue.pk, issue=issue, old=change[0], new=change[1], actor=actor)
+    if change:
+        _guarded(outbound.status_changed, _issue_id=issue.pk, issue=issue, old=change[0], new=change[1],
+                 actor=actor)
+    # The connector's own edits (inbound applies run as SYSTEM) never bounce back to the tracker;
+    # conflict resolutions by people are held by the open conflict they resolve (pushable_fields).
+    fields = [name for name in outbound.PUSHED_FIELDS if name in (changes or {})]
+    if fields and actor is not None and not actor.system:
+        _guarded(outbound.fields_changed, _issue_id=issue.pk, issue=issue, fields=fields, actor=actor)
 
 
 @receiver(events.comment_created_atomic, dispatch_uid="connectors.outbound.comment_created")
@@ -61,6 +66,23 @@ def on_run_finished(sender, run, **kwargs):
     if run.issue_id is None:
         return
     _guarded(outbound.run_finished, _issue_id=run.issue_id, run=run)
+
+
+@receiver(events.work_product_created_atomic, dispatch_uid="connectors.outbound.work_product_created")
+def on_work_product_created(sender, work_product, actor=None, **kwargs):
+    from connectors.services import outbound
+
+    _guarded(outbound.artifact_posted, _issue_id=work_product.issue_id, work_product=work_product, actor=actor)
+
+
+@receiver(events.document_written_atomic, dispatch_uid="connectors.outbound.document_written")
+def on_document_written(sender, document, revision=None, actor=None, **kwargs):
+    from connectors.services import outbound
+
+    if document.key != outbound.PLAN_KEY:
+        return
+    _guarded(outbound.plan_written, _issue_id=document.issue_id, document=document, revision=revision,
+             actor=actor)
 
 
 @receiver(events.sweep_ticked, dispatch_uid="connectors.sweep")

@@ -128,6 +128,21 @@ class ProjectAdmin(admin.ModelAdmin):
     list_select_related = ("company",)
     autocomplete_fields = ("company",)
     readonly_fields = AUDIT_FIELDS
+    fieldsets = (
+        (None, {"fields": ("company", "name", "description", "status")}),
+        ("Execution workspace", {"fields": ("workspace_strategy", "repository", "base_ref", "branch_template",
+                                            "workspace_hooks", "hook_timeout_seconds")}),
+        ("Workflow policy", {"fields": ("workflow_document",), "description": (
+            "Project workflow document (highest precedence, then the repository's WORKFLOW.md, then the connector "
+            "default). Invalid YAML or Liquid keeps the last good version and is reported in connector health.")}),
+        ("Audit", {"fields": AUDIT_FIELDS, "classes": ("collapse",)}),
+    )
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "workflow_document":  # a document, not a note: room and a monospace font
+            field.widget.attrs.update({"rows": 24, "cols": 100, "style": "font-family: monospace"})
+        return field
 
 
 @admin.register(Goal)

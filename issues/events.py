@@ -17,6 +17,9 @@ comment_created = Signal()  # comment, actor
 comment_created_atomic = Signal()  # comment, actor
 issue_checked_out_atomic = Signal()  # issue, actor, run_id
 run_finished_atomic = Signal()  # run
+# Sent inside the transaction of the write (like comment_created_atomic), for outbound artifact links.
+work_product_created_atomic = Signal()  # work_product, actor
+document_written_atomic = Signal()  # document, revision, actor
 run_finished = Signal()  # run
 sweep_ticked = Signal()  # now; sent synchronously by the periodic sweep; receivers return a report dict
 

@@ -248,6 +248,21 @@ def test_post_progress_comments_governs_the_comment_tool(
     assert len(marked(github_sandbox, number)) == before + 1
 
 
+def test_a_queued_tool_comment_is_rechecked_when_it_is_delivered(
+        checked_out, worker, github_sandbox, django_capture_on_commit_callbacks):
+    from connectors.services.outbound import effect_deliver
+
+    number, link = checked_out
+    before = len(marked(github_sandbox, number))
+    got = comment(worker, link, "status update", "late-1")  # queued; its delivery kick is not run
+    assert got.status_code == 202
+    TaskLink.objects.filter(pk=link.pk).update(write_policy={"postProgressComments": False})
+    assert effect_deliver(effect_id=got.json()["id"]) == "cancelled"
+    effect = OutboundEffect.objects.get(pk=got.json()["id"])
+    assert effect.status == "cancelled" and "postProgressComments is off" in effect.error_message
+    assert len(marked(github_sandbox, number)) == before
+
+
 def test_comment_input_is_validated(checked_out, worker):
     _, link = checked_out
     got = comment(worker, link, "   ", "v-1")

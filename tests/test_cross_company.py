@@ -208,6 +208,11 @@ def issue_path_cases():
         cases += [
             Case(f"issue-get[{by}]", "issue-detail", "GET",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}", None)),
+            Case(f"work-products-list[{by}]", "issue-work-products", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/work-products", None)),
+            Case(f"work-products-create[{by}]", "issue-work-products", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/work-products",
+                                      {"kind": "pull_request", "url": "https://example.test/pull/1"})),
             Case(f"issue-patch[{by}]", "issue-detail", "PATCH",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}", {"title": "hijacked", "status": "done"})),
             Case(f"checkout[{by}]", "issue-checkout", "POST",

@@ -26,18 +26,20 @@ from connectors.choices import (
     StateCategory,
 )
 from connectors.models import ConnectorInstance, OutboundEffect, TaskLink, default_write_policy
-from connectors.providers.base import ExternalTaskRef
+from connectors.providers.base import ExternalState, ExternalTask, ExternalTaskRef
 from issues.actors import SYSTEM
 from issues.choices import IssueStatus
 from issues.services.activity import activity_record
 
+from . import content
 from .common import adapter_class, adapter_for, conf, failure_of, retry_backoff, sync_error_record
 
 log = logging.getLogger("connectors.outbound")
 
 WRITE_SYNC_MODES = ("bidirectional", "export_only")
 MILESTONE_DEBOUNCE = timedelta(minutes=5)  # §10.2: per link, except claim/done/review
-UNDEBOUNCED_MILESTONES = ("claim", "done", "review", "failure", "state")
+# "pr": an opened pull request is the review request of the Symphony handoff (§10.3), so it is not held.
+UNDEBOUNCED_MILESTONES = ("claim", "done", "review", "failure", "state", "pr")
 DELIVERY_LEASE = timedelta(seconds=120)  # a claimed delivery is retried after this if its worker died
 RECENT_OUTBOUND = timedelta(days=7)  # echo suppression window for outbound keys
 MARKER = "<!-- paperclip:effect:{id} -->"
@@ -297,6 +299,101 @@ def run_finished(*, run):
                  "postProgressComments")
 
 
+# -------------------------------------------------------------------------------- field pushes (§11.1)
+# Issue attributes pushed when Paperclip owns or shares them; also their fieldPolicy / base snapshot keys.
+PUSHED_FIELDS = ("title", "description", "priority")
+# What each provider's set_fields takes among them (GitHub Issues has no priority field).
+SETTABLE_FIELDS = {"github_issues": ("title", "description"), "linear": PUSHED_FIELDS, "jira": PUSHED_FIELDS}
+PUSH_SOURCE = "fields:"
+
+
+def pushable_fields(link: TaskLink, fields) -> list[str]:
+    """The fields a Paperclip-side edit may write to the link's tracker now: settable by the provider,
+    not external-owned (owner ``paperclip`` or ``shared``), sync mode writes, and no open conflict on
+    the field (its resolution decides what the tracker gets)."""
+    from connectors.choices import ConflictStatus
+    from connectors.models import Conflict
+
+    settable = SETTABLE_FIELDS.get(link.provider_key, ("title", "description"))
+    names = [f for f in fields if f in settable and not write_refusal(link, OutboundKind.FIELDS, field=f)]
+    if not names:
+        return []
+    held = set(Conflict.objects.filter(link=link, status=ConflictStatus.OPEN, field__in=names)
+               .values_list("field", flat=True))
+    return [f for f in names if f not in held]
+
+
+def fields_changed(*, issue, fields, actor=None):
+    """Paperclip-side edits of synced fields become one FIELDS effect per link and change (keyed by
+    the issue's update stamp). An effect still waiting for its first attempt absorbs later edits, and
+    delivery writes the issue's values as they are then, so the tracker converges on the last edit.
+    The connector's own edits (inbound applies, SYSTEM actor) are filtered out by the receiver."""
+    stamp = (issue.updated_at or timezone.now()).isoformat()
+    for link in _links_of(issue.pk):
+        names = pushable_fields(link, fields)
+        if not names:
+            continue
+        values = {name: getattr(issue, name) for name in names}
+        pending = (OutboundEffect.objects.select_for_update()
+                   .filter(link=link, kind=OutboundKind.FIELDS, status=OutboundStatus.PENDING, attempts=0,
+                           source_id__startswith=PUSH_SOURCE).order_by("id").first())
+        if pending is not None:
+            pending.payload = {**pending.payload, "fields": {**pending.payload.get("fields", {}), **values}}
+            pending.save(update_fields=["payload"])
+            continue
+        effect_record(link=link, kind=OutboundKind.FIELDS, source_id=f"{PUSH_SOURCE}{stamp}",
+                      payload={"fields": values, "issueId": str(issue.pk)})
+
+
+# ------------------------------------------------------------------------ artifact links, plan ready
+def _md_link(text: str, url: str) -> str:
+    text = " ".join((text or "").replace("[", "(").replace("]", ")").split())[:200]
+    return f"[{text or url}]({url})" if url else f"`{text}`"
+
+
+def _actor_name(actor) -> str | None:
+    return actor.agent.name if actor is not None and getattr(actor, "agent", None) is not None else None
+
+
+WORK_PRODUCT_LABEL = {"pull_request": "PR opened", "branch": "Branch", "artifact": "Artifact",
+                      "document": "Document"}
+
+
+def artifact_posted(*, work_product, actor=None):
+    """postArtifactLinks (§10.2): a concise comment linking the work product. An opened pull request is
+    posted at once (milestone ``pr``); branches, documents and artifacts are batched per link with the
+    5-minute milestone debounce."""
+    label = WORK_PRODUCT_LABEL.get(work_product.kind, work_product.kind)
+    text = f"{label}: {_md_link(work_product.title or work_product.external_id, work_product.url)}"
+    if work_product.status:
+        text += f" ({work_product.status[:32]})"
+    milestone = "pr" if work_product.kind == "pull_request" else "artifact"
+    for link in _links_of(work_product.issue_id):
+        _comment(link, f"artifact:{work_product.pk}", milestone, text, _actor_name(actor), "postArtifactLinks")
+
+
+PLAN_KEY = "plan"
+
+
+def document_url(issue, key: str) -> str:
+    return f"{issue_url(issue)}/documents/{key}/"
+
+
+def plan_written(*, document, revision, actor=None):
+    """The "plan ready" milestone (§10.2): the first write of the issue's ``plan`` document while the
+    issue is linked posts one debounced progress comment linking it; later revisions are not
+    re-announced (milestones, not chatter)."""
+    if document.key != PLAN_KEY:
+        return
+    issue = document.issue
+    text = f"Plan ready: {_md_link(document.title or 'plan', document_url(issue, document.key))}"
+    source = f"plan:{document.pk}"
+    for link in _links_of(issue.pk):
+        if OutboundEffect.objects.filter(link=link, kind=OutboundKind.COMMENT, source_id=source).exists():
+            continue  # announced already (a pending one would otherwise get the line batched twice)
+        _comment(link, source, "plan", text, _actor_name(actor), "postProgressComments")
+
+
 # ---------------------------------------------------------------------------------------- delivery
 def _render(effect: OutboundEffect, link: TaskLink) -> str:
     payload = effect.payload or {}
@@ -309,20 +406,29 @@ def _render(effect: OutboundEffect, link: TaskLink) -> str:
 
 def _refusal_at_delivery(effect: OutboundEffect, link: TaskLink) -> str:
     milestone = (effect.payload or {}).get("milestone", "")
-    toggle = {"mirror": "mirrorAgentComments", "state": "projectStatus"}.get(milestone, "postProgressComments") \
+    toggle = {"mirror": "mirrorAgentComments", "state": "projectStatus", "pr": "postArtifactLinks",
+              "artifact": "postArtifactLinks"}.get(milestone, "postProgressComments") \
         if effect.kind == OutboundKind.COMMENT and milestone else None
+    if effect.kind == OutboundKind.COMMENT and (effect.payload or {}).get("tool"):
+        toggle = "postProgressComments"  # agent tool comments (connectors.services.agent_tools.COMMENT_TOGGLE)
     if effect.kind == OutboundKind.STATE:
         return write_refusal(link, effect.kind, toggle="projectStatus", field="state")
     if effect.kind == OutboundKind.BACKLINK:
         return write_refusal(link, effect.kind, toggle="postBacklink")
     if effect.kind == OutboundKind.FIELDS:
-        for field in (effect.payload or {}).get("fields", {}):
-            refusal = write_refusal(link, effect.kind, field=field)
-            if refusal and not str(effect.source_id).startswith("conflict:"):
-                return refusal
+        names = list((effect.payload or {}).get("fields", {}))
+        source = str(effect.source_id)
+        if source.startswith(PUSH_SOURCE) and names and not pushable_fields(link, names):
+            # a push goes ahead with the fields still allowed; none left -> not written
+            return next((r for r in (write_refusal(link, effect.kind, field=f) for f in names) if r),
+                        "every field has an open conflict")
+        if not source.startswith(("conflict:", PUSH_SOURCE)):
+            for field in names:
+                refusal = write_refusal(link, effect.kind, field=field)
+                if refusal:
+                    return refusal
         return write_refusal(link, effect.kind)
     return write_refusal(link, effect.kind, toggle=toggle)
-
 
 
 def effect_deliver(*, effect_id) -> str:
@@ -349,8 +455,18 @@ def effect_deliver(*, effect_id) -> str:
         effect.attempts += 1
         effect.next_attempt_at = now + DELIVERY_LEASE
         effect.save(update_fields=["attempts", "next_attempt_at"])
+    written = {}
     try:
-        external_ref = _perform(effect, link, resumed)
+        if effect.kind == OutboundKind.FIELDS:
+            written, skipped = _fields_write(effect, link)
+            if skipped and not written:
+                OutboundEffect.objects.filter(pk=effect.pk).update(
+                    status=OutboundStatus.CANCELLED, next_attempt_at=None,
+                    error_message=f"not written: {'; '.join(skipped) or 'nothing to write'}")
+                return "cancelled"
+            external_ref = ""  # no provider object of its own (echo matching is by the advanced base)
+        else:
+            external_ref = _perform(effect, link, resumed)
     except NotImplementedError:
         OutboundEffect.objects.filter(pk=effect.pk).update(status=OutboundStatus.CANCELLED,
                                                            error_message="the provider does not implement it")
@@ -371,11 +487,25 @@ def effect_deliver(*, effect_id) -> str:
             fields.update(external_state_name=(effect.payload.get("stateName") or "")[:200],
                           external_state_category=effect.payload.get("category") or "",
                           base_snapshot={**base, "external": ext})
+        if written:
+            # what we wrote is what the tracker now holds and what Paperclip holds: the base of both
+            # sides, so the tracker's echo is neither a change nor a conflict (§11.1)
+            row = TaskLink.objects.select_for_update().get(pk=link.pk)
+            base = dict(row.base_snapshot or {})
+            ext, pc = dict(base.get("external") or {}), dict(base.get("paperclip") or {})
+            for field, (seen, paperclip) in written.items():
+                ext[field] = seen
+                if paperclip is not None:
+                    pc[field] = paperclip
+            fields["base_snapshot"] = {**base, "external": ext, "paperclip": pc}
+            if "title" in written:
+                fields["external_title"] = str(written["title"][0] or "")[:500]
         TaskLink.objects.filter(pk=link.pk).update(**fields)
         activity_record(actor=SYSTEM, company_id=link.company_id, action="connector.outbound_written",
                         entity_type="connector_link", entity_id=link.pk,
                         details={"effectId": effect.pk, "kind": effect.kind, "sourceId": effect.source_id,
                                  "externalRef": external_ref or "", "attempts": effect.attempts,
+                                 **({"fields": sorted(written)} if written else {}),
                                  "instanceId": str(link.instance_id), "externalKey": link.external_key})
     return "done"
 
@@ -393,13 +523,100 @@ def _perform(effect: OutboundEffect, link: TaskLink, resumed: bool) -> str:
     if effect.kind == OutboundKind.STATE:
         adapter.update_task_state(ref, payload["stateName"])
         return payload["stateName"]
-    if effect.kind == OutboundKind.FIELDS:
-        adapter.set_fields(ref, payload.get("fields") or {})
-        return ""
     if effect.kind == OutboundKind.BACKLINK:
         adapter.set_backlink(ref, payload.get("url") or issue_url(link.issue))
         return ""
     raise NotImplementedError(effect.kind)
+
+
+def _stub_task(link: TaskLink, *, title: str = "", description: str | None = None) -> ExternalTask:
+    return ExternalTask(provider_key=link.provider_key, external_id=link.external_task_id,
+                        external_key=link.external_key or None, title=title, description=description,
+                        state=ExternalState(name="", category=""), url=link.external_url or None)
+
+
+def _tracker_value(link: TaskLink, field: str, value):
+    """A Paperclip value as the tracker's set_fields takes it. An imported description starts with the
+    connector's attribution head (§7.3): it is Paperclip's framing, not tracker text, so it stays here."""
+    if field == "priority":
+        from .conflicts import PRIORITY_NUMBER
+
+        return PRIORITY_NUMBER.get(value)
+    if field == "description":
+        from .links import provider_label
+
+        head = content.render_description(_stub_task(link), provider_label(link.instance))
+        value = value or ""
+        return value[len(head):].lstrip("\n") if value.startswith(head) else value
+    return value
+
+
+def _seen_value(link: TaskLink, field: str, written):
+    """The tracker value the inbound pipeline will compute from what we wrote (base_snapshot.external)."""
+    if field == "title":
+        return content.render_title(_stub_task(link, title=written))
+    if field == "description":
+        from .links import provider_label
+
+        return content.render_description(_stub_task(link, description=written), provider_label(link.instance))
+    return written
+
+
+def _fields_write(effect: OutboundEffect, link: TaskLink) -> tuple[dict, list[str]]:
+    """Write a field effect. A push (``fields:``) writes the issue's current values of the fields it
+    may still write, after reading the task back: a field the tracker changed since the base is not
+    overwritten (its webhook reaches the inbound three-way, which opens the conflict). Returns
+    ``{field: (tracker value seen, paperclip value)}`` for the fields now equal on both sides, and
+    why the others were skipped."""
+    from .links import external_snapshot, provider_label
+
+    adapter = adapter_for(link.instance)
+    ref = ExternalTaskRef(external_id=link.external_task_id, external_key=link.external_key or None)
+    wanted = dict((effect.payload or {}).get("fields") or {})
+    if not str(effect.source_id).startswith(PUSH_SOURCE):  # conflict resolutions: the chosen value, as is
+        out = {k: _tracker_value(link, k, v) if k == "description" else v for k, v in wanted.items()}
+        adapter.set_fields(ref, out)
+        return {k: (_seen_value(link, k, v), None) for k, v in out.items() if k in PUSHED_FIELDS}, []
+    skipped = []
+    names = pushable_fields(link, wanted)
+    skipped += [f"{f}: {write_refusal(link, OutboundKind.FIELDS, field=f) or 'open conflict'}"
+                for f in wanted if f not in names]
+    if not names:
+        return {}, skipped
+    base_ext = (link.base_snapshot or {}).get("external") or {}
+    task = adapter.get_task(ref)
+    current = external_snapshot(task, provider_label(link.instance))
+    out, written = {}, {}
+    for field in names:
+        if field in base_ext and current.get(field) != base_ext.get(field):
+            skipped.append(f"{field} changed on the tracker since the last sync (left to the inbound three-way)")
+            continue
+        paperclip = getattr(link.issue, field)
+        value = _tracker_value(link, field, paperclip)
+        seen = _seen_value(link, field, value)
+        if seen != current.get(field):
+            out[field] = value
+        written[field] = (seen, paperclip)
+    if out:
+        adapter.set_fields(ref, out)
+    if len(written) < len(names):
+        _diverged(effect, link, task)
+    return written, skipped
+
+
+def _diverged(effect: OutboundEffect, link: TaskLink, task: ExternalTask):
+    """The tracker moved on under a push: queue what we read as an inbound event, so the three-way
+    runs (and opens the conflict) even if the tracker's own webhook is late or lost."""
+    from connectors.choices import EventSource
+    from connectors.providers.base import EventKind, VerifiedEvent
+
+    from .inbound import event_store, kick
+
+    with transaction.atomic():
+        event_store(instance=link.instance, source=EventSource.RESYNC, event=VerifiedEvent(
+            event_id=f"outbound:{effect.pk}:diverged", kind=EventKind.TASK_UPSERTED, action="outbound.diverged",
+            external_task_id=task.external_id, task=task, container_id=task.container_id))
+        kick(link.instance_id, task.external_id)
 
 
 def _find_marked(adapter, ref, mark: str) -> str | None:

@@ -20,7 +20,7 @@ from issues.models import HeartbeatRun, WakeupRequest
 
 from . import links
 from .common import sync_error_record
-from .task_packet import PacketError, packet_render
+from .task_packet import PacketError, packet_build
 
 WAKE_DEBOUNCE = timedelta(seconds=60)
 
@@ -46,7 +46,7 @@ def connector_wake(*, link: TaskLink, issue, key: str) -> WakeupRequest | None:
         return None  # debounced: at most one connector wake per link per 60 s
     attempt = HeartbeatRun.objects.filter(issue=issue).count() + 1
     try:
-        packet = packet_render(link=link, issue=issue, attempt=attempt)
+        packet = packet_build(link=link, issue=issue, attempt=attempt)
     except PacketError as exc:
         sync_error_record(instance=link.instance, category=ErrorCategory.CONFIG, link=link,
                           message=f"Task packet for {link.external_key or link.external_task_id} could not be "
@@ -58,7 +58,9 @@ def connector_wake(*, link: TaskLink, issue, key: str) -> WakeupRequest | None:
                         reason=f"tracker: {link.external_key or link.external_task_id} is active", issue=issue,
                         idempotency_key=f"connector:{link.pk}:{key}"[:200],
                         context={"connectorLinkId": str(link.pk), "externalKey": link.external_key,
-                                 "externalUrl": link.external_url, "taskPacket": packet})
+                                 "externalUrl": link.external_url, "taskPacket": packet.text,
+                                 # §9.5: which workflow policy source/version produced this packet
+                                 "workflowSource": packet.policy.source, "workflowVersion": packet.policy.version})
     TaskLink.objects.filter(pk=link.pk).update(last_wake_at=now)
     link.last_wake_at = now
     return wake

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import views, work_products
 
 urlpatterns = [
     path("health", views.HealthView.as_view(), name="health"),
@@ -17,6 +17,8 @@ urlpatterns = [
     path("issues/<str:issue_id>/documents/<str:key>", views.IssueDocumentView.as_view(), name="issue-document"),
     path("issues/<str:issue_id>/documents/<str:key>/revisions", views.IssueDocumentRevisionsView.as_view(),
          name="issue-document-revisions"),
+    path("issues/<str:issue_id>/work-products", work_products.IssueWorkProductsView.as_view(),
+         name="issue-work-products"),
     path("issues/<str:issue_id>/interactions", views.IssueInteractionsView.as_view(), name="issue-interactions"),
     path("interactions/<uuid:interaction_id>/respond", views.InteractionRespondView.as_view(),
          name="interaction-respond"),

@@ -63,6 +63,11 @@ class Project(UUIDModel):
     workspace_hooks = models.JSONField(default=dict, blank=True,
                                        help_text="after_create, before_run, after_run, before_remove shell commands.")
     hook_timeout_seconds = models.PositiveIntegerField(default=120)
+    # Workflow policy (External Task Protocol §9.5, layer 1): beats the repository's WORKFLOW.md.
+    workflow_document = models.TextField(
+        blank=True, help_text="WORKFLOW.md format: optional YAML front matter + Liquid body. Shapes the task packet "
+                              "of tracker-driven work; an empty body falls back to the repository WORKFLOW.md or the "
+                              "connector default.")
 
     class Meta:
         ordering = ["name"]

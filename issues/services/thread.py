@@ -100,6 +100,7 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
             activity_record(actor=actor, company_id=issue.company_id, action="document.revised",
                             entity_type="issue", entity_id=issue.pk,
                             details={"key": key, "revisionId": str(revision.pk), "revisionNumber": number})
+            events.document_written_atomic.send(sender=None, document=document, revision=revision, actor=actor)
     except IntegrityError:
         # Two first writes raced on (issue, key): the loser sees a stale base.
         raise StaleRevision("The document was created concurrently.", details={"key": [key]})
