@@ -7,9 +7,10 @@ from rest_framework.test import APIClient
 
 from connectors.models import Conflict, OutboundEffect, TaskLink
 from issues.models import ActivityLog
-from tests.factories import AgentFactory, CompanyFactory, MembershipFactory, RunFactory
+from tests.factories import CompanyFactory, MembershipFactory, RunFactory
 from tests.github_sandbox import github_sandbox  # noqa: F401  (fixture import)
-from tests.test_connectors_outbound import coder, forward, instance, linked, marked, update  # noqa: F401
+from tests.test_connectors_outbound import (  # noqa: F401
+    coder, forward, instance, linked, marked, open_title_conflict)
 
 TOOLS = "/api/agent-tools/connector"
 
@@ -35,14 +36,7 @@ def checked_out(linked, worker, django_capture_on_commit_callbacks):
 def title_conflict(checked_out, github_sandbox, instance, django_capture_on_commit_callbacks):
     """The title changed on both sides since the base: one open conflict on the agent's issue."""
     number, link = checked_out
-    capture = django_capture_on_commit_callbacks
-    update(capture, link.issue, title="Paperclip title")
-    start = len(github_sandbox.deliveries)
-    github_sandbox.edit_issue(number, title="Tracker title", actor="octocat")
-    forward(github_sandbox, instance, capture, start=start)
-    conflict = Conflict.objects.get(link=link, status="open")
-    assert (conflict.field, conflict.external_value, conflict.paperclip_value) == (
-        "title", "Tracker title", "Paperclip title")
+    conflict = open_title_conflict(github_sandbox, instance, django_capture_on_commit_callbacks, number, link)
     return number, TaskLink.objects.select_related("issue").get(pk=link.pk), conflict
 
 

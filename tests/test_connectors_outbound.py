@@ -73,6 +73,18 @@ def update(capture, issue, **changes):
         return issue_update(actor=SYSTEM, issue=issue, changes=changes)[0]
 
 
+def open_title_conflict(sandbox, instance, capture, number, link):
+    """The title changed on both sides since the base: returns the one open conflict."""
+    update(capture, link.issue, title="Paperclip title")
+    start = len(sandbox.deliveries)
+    sandbox.edit_issue(number, title="Tracker title", actor="octocat")
+    forward(sandbox, instance, capture, start=start)
+    conflict = Conflict.objects.get(link=link, status="open")
+    assert (conflict.field, conflict.external_value, conflict.paperclip_value) == (
+        "title", "Tracker title", "Paperclip title")
+    return conflict
+
+
 def marked(sandbox, number):
     return [c for c in sandbox.comments_of(number) if "<!-- paperclip:effect:" in c["body"]]
 
@@ -266,6 +278,13 @@ def test_checkout_is_projected_as_a_claim_comment_and_the_active_state(
     bodies = [c["body"] for c in marked(github_sandbox, number)]
     assert len(bodies) == 1 and "coder picked this up" in bodies[0] and "coder via Paperclip" in bodies[0]
     assert "in progress" in [lbl["name"] for lbl in github_sandbox.issue(number)["labels"]]
+    # the release is projected too (§10.3 claim/run/retry/release): the claim ended, the task waits
+    from issues.services.checkout import issue_release
+
+    with django_capture_on_commit_callbacks(execute=True):
+        issue_release(actor=Actor(agent=coder, run_header=str(run.pk)), issue=issue)
+    bodies = [c["body"] for c in marked(github_sandbox, number)]
+    assert len(bodies) == 2 and "coder released this task" in bodies[1]
 
 
 def test_conflict_round_trip_keep_paperclip_writes_the_tracker_once_and_is_not_redetected(
@@ -275,13 +294,7 @@ def test_conflict_round_trip_keep_paperclip_writes_the_tracker_once_and_is_not_r
 
     number, link = linked
     capture = django_capture_on_commit_callbacks
-    update(capture, link.issue, title="Paperclip title")
-    start = len(github_sandbox.deliveries)
-    github_sandbox.edit_issue(number, title="Tracker title", actor="octocat")
-    forward(github_sandbox, instance, capture, start=start)
-    conflict = Conflict.objects.get(link=link, status="open")
-    assert (conflict.field, conflict.external_value, conflict.paperclip_value) == (
-        "title", "Tracker title", "Paperclip title")
+    conflict = open_title_conflict(github_sandbox, instance, capture, number, link)
     operator = MembershipFactory(company=company, role="operator").user
     start = len(github_sandbox.deliveries)
     with capture(execute=True):

@@ -39,7 +39,7 @@ log = logging.getLogger("connectors.outbound")
 WRITE_SYNC_MODES = ("bidirectional", "export_only")
 MILESTONE_DEBOUNCE = timedelta(minutes=5)  # §10.2: per link, except claim/done/review
 # "pr": an opened pull request is the review request of the Symphony handoff (§10.3), so it is not held.
-UNDEBOUNCED_MILESTONES = ("claim", "done", "review", "failure", "state", "pr")
+UNDEBOUNCED_MILESTONES = ("claim", "done", "review", "failure", "state", "pr", "release")
 DELIVERY_LEASE = timedelta(seconds=120)  # a claimed delivery is retried after this if its worker died
 RECENT_OUTBOUND = timedelta(days=7)  # echo suppression window for outbound keys
 MARKER = "<!-- paperclip:effect:{id} -->"
@@ -206,10 +206,15 @@ def status_changed(*, issue, old: str, new: str, actor=None):
     for link in _links_of(issue.pk):
         if write_refusal(link, OutboundKind.COMMENT) and write_refusal(link, OutboundKind.STATE):
             continue
+        name = _agent_name(issue)
+        if old == IssueStatus.IN_PROGRESS and new == IssueStatus.TODO:
+            # §10.3 release state: the claim ended without a result; the task waits for the next pick-up
+            _comment(link, f"release:{stamp}", "release", f"{name or 'The agent'} released this task; it is "
+                     f"back in the queue in Paperclip.", name, "postProgressComments")
+            continue
         category = STATUS_CATEGORY.get(new)
         if category is None:
             continue
-        name = _agent_name(issue)
         source = f"status:{new}:{stamp}"
         state_ok = not write_refusal(link, OutboundKind.STATE, toggle="projectStatus", field="state")
         if category == StateCategory.TERMINAL:

@@ -190,6 +190,7 @@ def issue_release(*, actor: Actor, issue: Issue) -> Issue:
         issue.save(update_fields=["status", "checkout_run", "execution_run", "execution_locked_at", "updated_at"])
         activity_record(actor=actor, company_id=issue.company_id, action="issue.released", entity_type="issue",
                         entity_id=issue.pk, details={"previous": previous})
-        events.announce(events.issue_updated, issue=issue, actor=actor,
-                        changes={"status": [IssueStatus.IN_PROGRESS, IssueStatus.TODO]})
+        changes = {"status": [IssueStatus.IN_PROGRESS, IssueStatus.TODO]}
+        events.issue_updated_atomic.send(sender=None, issue=issue, actor=actor, changes=changes)
+        events.announce(events.issue_updated, issue=issue, actor=actor, changes=changes)
     return issue
