@@ -42,8 +42,12 @@ test: install
 schema: install
 	$(PY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
 
-bench: install
+bench: install  # each prints its figure next to a baseline measured in the same run
 	$(PY) bench/checkout_bench.py
+	$(PY) bench/wake_bench.py
+	$(PY) bench/webhook_bench.py
+	$(PY) bench/symphony_latency_bench.py
+	$(PY) bench/case_read_bench.py
 
 clean:
 	rm -rf $(VENV) var staticfiles
