@@ -26,13 +26,8 @@ from connectors.providers.base import (
     WebhookUnparseable,
     adapter_class,
 )
-from connectors.providers.github import (
-    BACKLINK_MARKER,
-    WORD_JOINER,
-    GitHubIssuesAdapter,
-    graphql_url_for,
-    neutralize_mentions,
-)
+from connectors.providers.github import BACKLINK_MARKER, GitHubIssuesAdapter, graphql_url_for
+from connectors.providers.mentions import WORD_JOINER, neutralize_mentions
 from connectors.sandbox.github import DEFAULT_FIXTURES_DIR, sign
 from tests.github_sandbox import (  # noqa: F401  (fixture import)
     DEFAULT_STATE_MAPPING,

@@ -141,6 +141,7 @@ from .http import (
     webhook_json,
 )
 from .http import load_cursor as _load_cursor
+from .mentions import neutralize_mentions
 from .http import parse_utc as _utc
 
 API_VERSION = "2022-11-28"
@@ -150,53 +151,14 @@ GRAPHQL_BATCH = 100
 BACKLINK_MARKER = "<!-- paperclip:backlink -->"
 CLOSED_REASONS = ("completed", "not_planned", "duplicate")
 ISSUE_ACTIONS_DELETE = {"deleted", "transferred"}
-WORD_JOINER = "\u2060"
 
 _KEY_RE = re.compile(r"^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)#(\d+)$")
 _REPO_RE = re.compile(r"^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$")
 _SIG_RE = re.compile(r"^sha256=([0-9a-fA-F]{64})$")
-# "@" not preceded by a word char, "@" or "/" (so e-mail addresses and "a@b" stay), then a name.
-_MENTION_RE = re.compile(r"(?<![\w@/])@([A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?(?:/[A-Za-z0-9_.-]+)?)")
-_CODE_RE = re.compile(r"(^|\n)(```|~~~)[^\n]*\n.*?(?:\n\2[^\n]*(?=\n|$)|$)|`+[^`\n]*`+", re.S)
-
 
 
 def _iso(value: datetime) -> str:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def neutralize_mentions(text: str | None) -> tuple[str | None, list[str]]:
-    """``@name`` -> ``name`` outside code; ``@`` + WORD JOINER inside code spans/fences."""
-    if not text:
-        return text, []
-    found: list[str] = []
-
-    def plain(segment: str) -> str:
-        def repl(m):
-            found.append(m.group(1))
-            return m.group(1)
-
-        return _MENTION_RE.sub(repl, segment)
-
-    def in_code(segment: str) -> str:
-        def repl(m):
-            found.append(m.group(1))
-            return "@" + WORD_JOINER + m.group(1)
-
-        return _MENTION_RE.sub(repl, segment)
-
-    out, pos = [], 0
-    for m in _CODE_RE.finditer(text):
-        out.append(plain(text[pos:m.start()]))
-        out.append(in_code(m.group(0)))
-        pos = m.end()
-    out.append(plain(text[pos:]))
-    seen, unique = set(), []
-    for name in found:
-        if name.lower() not in seen:
-            seen.add(name.lower())
-            unique.append(name)
-    return "".join(out), unique
 
 
 def graphql_url_for(base_url: str) -> str:

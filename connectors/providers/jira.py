@@ -112,7 +112,7 @@ from .base import (
     normalize_state_name,
     register,
 )
-from .github import neutralize_mentions
+from .mentions import neutralize_mentions
 from .http import (
     ALL_OPERATIONS,
     HttpClientMixin,

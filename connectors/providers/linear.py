@@ -16,7 +16,7 @@ Priority: Linear ``0`` (no priority) -> ``None``; ``1`` urgent -> 0, ``2`` high 
 ``4`` low -> 3 (the raw value and ``priorityLabel`` ride in the envelope). Labels lowercased (raw
 names + ids in the envelope). ``dueDate`` (a day) -> ``due_at`` at 00:00 UTC. ``branchName`` ->
 ``branch_name``. ``blocked_by`` from ``inverseRelations`` of type ``blocks``. Descriptions are Linear
-Markdown; ``@name`` mentions are neutralized (plain name, see :func:`connectors.providers.github.neutralize_mentions`)
+Markdown; ``@name`` mentions are neutralized (plain name, see :func:`connectors.providers.mentions.neutralize_mentions`)
 and Linear's profile-link mentions ``[@Name](https://linear.app/<org>/profiles/<user>)`` become ``Name``.
 
 State mapping (configuration, not code)
@@ -101,7 +101,7 @@ from .base import (
     normalize_state_name,
     register,
 )
-from .github import neutralize_mentions
+from .mentions import neutralize_mentions
 from .http import (
     ALL_OPERATIONS,
     HttpClientMixin,
