@@ -518,11 +518,39 @@ def test_status_projection_moves_mapped_states_and_gates_closure(linked):
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_unmapped_review_and_statuses_project_as_comments_not_transitions(
+def test_a_mapping_by_type_or_category_only_still_moves_the_task(
         provider, company, coder, monkeypatch, django_capture_on_commit_callbacks, settings):
+    """A team that keeps the provider's defaults (Linear state types, Jira status categories) names no
+    state at all: in_progress still moves the task to the workflow's started state (not "Todo",
+    though Linear's unstarted type is active too), and permitted closure to its completed state."""
     settings.CONNECTORS = {**settings.CONNECTORS, "RETRY_BASE_SECONDS": 0.0}
     with make_sandbox(provider) as sandbox:
-        # the operator mapped only the active state: no review state, no blocked state
+        instance = build_instance(provider, sandbox, company, coder, monkeypatch, state_names={})
+        tracker = Tracker(provider, sandbox, instance, django_capture_on_commit_callbacks)
+        task_id = tracker.open("Crash on start")
+        tracker.forward()
+        link = TaskLink.objects.get(instance=instance)
+        TaskLink.objects.filter(pk=link.pk).update(field_policy={**link.field_policy, "state": "paperclip"})
+        issue = update(tracker, link.issue, status="in_progress")
+        assert tracker.task(task_id)["state"] == "In Progress"
+        tracker.forward()
+        update(tracker, issue, status="done")
+        assert tracker.task(task_id)["state"] == "Done"
+        tracker.forward()
+        link.refresh_from_db()
+        assert link.external_state_name == "Done" and link.external_state_category == "terminal"
+        assert not Conflict.objects.exists()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_states_the_mapping_names_only_by_type_or_category_are_found_in_the_live_workflow(
+        provider, company, coder, monkeypatch, django_capture_on_commit_callbacks, settings):
+    """The operator named only the active state. The effective mapping still knows a review state
+    (Linear's and Jira's default "In Review" -> review) and, on Jira, a blocked one ("Blocked"): those
+    are found in the task's live workflow at delivery. A status with no mapped state anywhere (blocked
+    on Linear: the team has no such state) is projected as a comment, never a transition."""
+    settings.CONNECTORS = {**settings.CONNECTORS, "RETRY_BASE_SECONDS": 0.0}
+    with make_sandbox(provider) as sandbox:
         instance = build_instance(provider, sandbox, company, coder, monkeypatch,
                                   state_names={"In Progress": "active"})
         tracker = Tracker(provider, sandbox, instance, django_capture_on_commit_callbacks)
@@ -532,14 +560,21 @@ def test_unmapped_review_and_statuses_project_as_comments_not_transitions(
         issue = update(tracker, link.issue, status="in_progress")
         assert tracker.task(task_id)["state"] == "In Progress"
         tracker.forward()
-        issue = update(tracker, issue, status="in_review")  # no review state: stays active, a comment asks
-        assert tracker.task(task_id)["state"] == "In Progress"
-        issue = update(tracker, issue, status="blocked")  # unmapped: a comment, never a transition
-        assert tracker.task(task_id)["state"] == "In Progress"
+        issue = update(tracker, issue, status="in_review")
+        assert tracker.task(task_id)["state"] == "In Review"
+        tracker.forward()
+        update(tracker, issue, status="blocked")
         bodies = [c["text"] for c in tracker.marked(task_id)]
-        assert len(bodies) == 2
-        assert "Review requested" in bodies[0] and "Status in Paperclip is now 'blocked'" in bodies[1]
-        assert list(OutboundEffect.objects.filter(link=link, kind=OutboundKind.STATE)
-                    .values_list("payload__stateName", flat=True)) == ["In Progress"]
+        assert "Review requested" in bodies[0]
+        states = list(OutboundEffect.objects.filter(link=link, kind=OutboundKind.STATE, status=OutboundStatus.DONE)
+                      .order_by("id").values_list("external_ref", flat=True))
         if provider == "jira":
-            assert [m for m, _ in jira_transition_calls(sandbox, link.external_key)] == ["GET", "POST"]
+            assert tracker.task(task_id)["state"] == "Blocked" and len(bodies) == 1
+            assert states == ["In Progress", "In Review", "Blocked"]
+        else:
+            assert tracker.task(task_id)["state"] == "In Review"  # no blocked state in the team: a comment
+            assert len(bodies) == 2 and "Status in Paperclip is now 'blocked'" in bodies[1]
+            assert states == ["In Progress", "In Review"]
+        tracker.forward()
+        link.refresh_from_db()
+        assert not Conflict.objects.exists()  # our own moves came back as echoes, not as changes

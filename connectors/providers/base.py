@@ -264,6 +264,12 @@ class TaskSourceAdapter:
     def update_task_state(self, ref: ExternalTaskRef, target_state_name: str) -> None:
         raise NotImplementedError
 
+    def state_for_category(self, ref: ExternalTaskRef, category: str) -> str | None:
+        """The name of a mapped state of ``category`` this task can be moved to, read from the live
+        workflow, for mappings that map state types/categories rather than names (§10.3: projection
+        still only moves between states the operator mapped). ``None`` when there is none."""
+        raise NotImplementedError
+
     def post_comment(self, ref: ExternalTaskRef, body: str) -> str:
         raise NotImplementedError
 

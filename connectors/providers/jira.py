@@ -146,6 +146,9 @@ FIELDS = ["summary", "description", "status", "priority", "labels", "assignee", 
           "updated", "project", "issuetype", "parent", "components", "issuelinks"]
 DEFAULT_CATEGORIES = {"new": "backlog", "indeterminate": "active", "done": "terminal"}
 DEFAULT_STATUSES = {"in review": "review", "blocked": "blocked"}
+# Which Jira status category best stands for a category when the mapping names categories only (§10.3).
+CATEGORY_PREFERENCE = {"active": ("indeterminate", "new"), "terminal": ("done",), "backlog": ("new",),
+                       "review": ("indeterminate",), "blocked": ("indeterminate",)}
 DEFAULT_PRIORITIES = {"highest": 0, "high": 1, "medium": 2, "low": 3, "lowest": 4,
                       "blocker": 0, "critical": 1, "major": 2, "minor": 3, "trivial": 4}
 BACKLINK_GLOBAL_ID = "paperclip:backlink"
@@ -688,6 +691,24 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
             raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD,
                                 f"Jira issue {key} has no transition to {target_state_name!r} (available: {names or 'none'}).")
         self._request("POST", f"/issue/{quote(key)}/transitions", json_body={"transition": {"id": str(chosen["id"])}})
+
+    def state_for_category(self, ref: ExternalTaskRef, category: str) -> str | None:
+        """The target status of an available transition mapped to ``category`` (transitions are the
+        issue's own workflow), preferring the status category that usually means it."""
+        key = self._ref_key(ref)
+        project = key.split("-", 1)[0] if "-" in key else None
+        result = self._request("GET", f"/issue/{quote(key)}/transitions") or {}
+        candidates = []
+        for index, transition in enumerate(t for t in result.get("transitions") or () if isinstance(t, Mapping)):
+            target = transition.get("to") if isinstance(transition.get("to"), Mapping) else {}
+            state, unmapped = self._state(target, project)
+            if unmapped is None and state.category == category and target.get("name"):
+                status_category = (target.get("statusCategory") or {}).get("key") \
+                    if isinstance(target.get("statusCategory"), Mapping) else None
+                preferred = CATEGORY_PREFERENCE.get(category, ())
+                rank = preferred.index(status_category) if status_category in preferred else 99
+                candidates.append((rank, index, str(target["name"])))
+        return min(candidates)[2] if candidates else None
 
     def post_comment(self, ref: ExternalTaskRef, body: str) -> str:
         key = self._ref_key(ref)

@@ -167,6 +167,9 @@ Q_COMMENTS = ("query IssueComments($id: String!, $first: Int, $after: String, $f
               " issue(id: $id) { id comments(first: $first, after: $after, filter: $filter, orderBy: updatedAt) {"
               " nodes { id body url createdAt updatedAt user { id name displayName } botActor { id name } }"
               " pageInfo { hasNextPage endCursor } } } }")
+# Which Linear state types best stand for a category when a mapping names types only (§10.3).
+TYPE_PREFERENCE = {"active": ("started", "unstarted"), "terminal": ("completed", "canceled", "duplicate"),
+                   "backlog": ("backlog", "triage"), "review": ("started",), "blocked": ("started",)}
 Q_ISSUE_TEAM = ("query IssueTeam($id: String!) { issue(id: $id) { id team { id key"
                 " states(first: 250) { nodes { id name type } } labels(first: 250) { nodes { id name } } } } }")
 Q_TEAMS = ("query Teams($filter: TeamFilter) { teams(filter: $filter, first: 50) { nodes { id key name"
@@ -688,6 +691,19 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
         state_id = self._state_id(team, target_state_name)
         self._mutation_ok(self.graphql("IssueUpdate", M_ISSUE_UPDATE, {"id": issue_id, "input": {"stateId": state_id}}),
                           "issueUpdate")
+
+    def state_for_category(self, ref: ExternalTaskRef, category: str) -> str | None:
+        """First state of the issue's team mapped to ``category``, preferring the usual type of that
+        category (started for active, completed for terminal) and then the team's order."""
+        team = self._issue_team(self._issue_id(ref))
+        candidates = []
+        for index, node in enumerate(self._nodes(team.get("states"))):
+            state, unmapped = self._state(node, team)
+            if unmapped is None and state.category == category:
+                rank = TYPE_PREFERENCE.get(category, ()).index(node.get("type")) \
+                    if node.get("type") in TYPE_PREFERENCE.get(category, ()) else 99
+                candidates.append((rank, index, str(node.get("name"))))
+        return min(candidates)[2] if candidates else None
 
     def post_comment(self, ref: ExternalTaskRef, body: str) -> str:
         issue_id = self._issue_id(ref)

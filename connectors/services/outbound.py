@@ -218,37 +218,61 @@ def status_changed(*, issue, old: str, new: str, actor=None):
         source = f"status:{new}:{stamp}"
         state_ok = not write_refusal(link, OutboundKind.STATE, toggle="projectStatus", field="state")
         if category == StateCategory.TERMINAL:
-            target = state_name_for(link, StateCategory.TERMINAL) if closure_allowed(link) else None
-            if target and state_ok and link.external_state_category != StateCategory.TERMINAL:
-                effect_record(link=link, kind=OutboundKind.STATE, source_id=source,
-                              payload={"stateName": target, "category": category, "status": new})
-                _comment(link, f"done:{stamp}", "done", f"Marked {new} in Paperclip; the task was moved to "
-                                                         f"'{target}'.", name, "postProgressComments")
+            target = projection_target(link, StateCategory.TERMINAL) if closure_allowed(link) else None
+            if target is not None and state_ok and link.external_state_category != StateCategory.TERMINAL:
+                closed = f"Work is {new} in Paperclip. Closing the task is left to you here."
+                _state_effect(link, source, target, category, new, fallback=closed, agent=name)
+                where = f"'{target}'" if target else "its closed state"
+                _comment(link, f"done:{stamp}", "done", f"Marked {new} in Paperclip; the task was moved to {where}.",
+                         name, "postProgressComments")
             else:
                 _comment(link, f"done:{stamp}", "done",
                          f"Work is {new} in Paperclip. Closing the task is left to you here.", name,
                          "postProgressComments")
             continue
         if category == StateCategory.REVIEW:
-            target = state_name_for(link, StateCategory.REVIEW)
+            target = projection_target(link, StateCategory.REVIEW)
             if target and state_ok:
                 if link.external_state_category != StateCategory.REVIEW:
-                    effect_record(link=link, kind=OutboundKind.STATE, source_id=source,
-                                  payload={"stateName": target, "category": category, "status": new})
+                    _state_effect(link, source, target, category, new)
                 _comment(link, f"review:{stamp}", "review", "Ready for review.", name, "postProgressComments")
             elif toggle_on(link, "projectStatus"):
+                if target == "" and state_ok and link.external_state_category != StateCategory.REVIEW:
+                    _state_effect(link, source, target, category, new)  # a review state, if the workflow has one
                 _comment(link, f"review:{stamp}", "review", "Review requested: the work is ready for review.",
                          name, "projectStatus")
             continue
         if link.external_state_category == category:
             continue  # already there (e.g. the change came from the tracker)
-        target = state_name_for(link, category)
-        if target and state_ok:
-            effect_record(link=link, kind=OutboundKind.STATE, source_id=source,
-                          payload={"stateName": target, "category": category, "status": new})
+        target = projection_target(link, category)
+        status_text = f"Status in Paperclip is now '{new}'."
+        if target is not None and state_ok:
+            _state_effect(link, source, target, category, new, fallback=status_text, agent=name)
         elif toggle_on(link, "projectStatus"):
-            _comment(link, f"status:{new}:{stamp}", "state", f"Status in Paperclip is now '{new}'.", name,
-                     "projectStatus")
+            _comment(link, f"status:{new}:{stamp}", "state", status_text, name, "projectStatus")
+
+
+def projection_target(link: TaskLink, category: str) -> str | None:
+    """The state to project to: its mapped name; ``""`` when the mapping names types/categories only and
+    the provider can find a mapped state of that category in the task's live workflow at delivery;
+    None when there is no mapped state (the change is projected as a comment)."""
+    name = state_name_for(link, category)
+    if name:
+        return name
+    from connectors.providers.base import TaskSourceAdapter
+
+    try:
+        cls = adapter_class(link.provider_key)
+    except LookupError:
+        return None
+    return "" if cls.state_for_category is not TaskSourceAdapter.state_for_category else None
+
+
+def _state_effect(link, source, target: str, category: str, status: str, *, fallback: str = "", agent=None):
+    payload = {"stateName": target, "category": category, "status": status}
+    if fallback and not target:
+        payload["fallback"] = {"text": fallback, "agent": agent or ""}  # posted when no state is found
+    return effect_record(link=link, kind=OutboundKind.STATE, source_id=source, payload=payload)
 
 
 def claimed(*, issue, run_id):
@@ -476,6 +500,15 @@ def effect_deliver(*, effect_id) -> str:
         OutboundEffect.objects.filter(pk=effect.pk).update(status=OutboundStatus.CANCELLED,
                                                            error_message="the provider does not implement it")
         return "cancelled"
+    except NoMappedState as exc:
+        with transaction.atomic():
+            OutboundEffect.objects.filter(pk=effect.pk).update(status=OutboundStatus.CANCELLED, next_attempt_at=None,
+                                                               error_message=f"not written: {exc}")
+            fallback = (effect.payload or {}).get("fallback")
+            if fallback:  # §10.3: a status without a mapped state is projected as a comment
+                _comment(link, f"{effect.source_id}:comment", "state", fallback["text"], fallback.get("agent"),
+                         "projectStatus")
+        return "cancelled"
     except Exception as exc:  # provider errors and anything else: retry with backoff, then give up
         return _failed(effect, link, exc)
     with transaction.atomic():
@@ -488,8 +521,8 @@ def effect_deliver(*, effect_id) -> str:
             row = TaskLink.objects.select_for_update().get(pk=link.pk)
             base = dict(row.base_snapshot or {})
             ext = dict(base.get("external") or {})
-            ext.update(state=effect.payload.get("stateName"), category=effect.payload.get("category"))
-            fields.update(external_state_name=(effect.payload.get("stateName") or "")[:200],
+            ext.update(state=external_ref or effect.payload.get("stateName"), category=effect.payload.get("category"))
+            fields.update(external_state_name=(external_ref or effect.payload.get("stateName") or "")[:200],
                           external_state_category=effect.payload.get("category") or "",
                           base_snapshot={**base, "external": ext})
         if written:
@@ -515,6 +548,10 @@ def effect_deliver(*, effect_id) -> str:
     return "done"
 
 
+class NoMappedState(Exception):
+    """A state projection by category found no mapped state of it: projected as a comment instead."""
+
+
 def _perform(effect: OutboundEffect, link: TaskLink, resumed: bool) -> str:
     adapter = adapter_for(link.instance)
     ref = ExternalTaskRef(external_id=link.external_task_id, external_key=link.external_key or None)
@@ -526,8 +563,11 @@ def _perform(effect: OutboundEffect, link: TaskLink, resumed: bool) -> str:
                 return found
         return str(adapter.post_comment(ref, _render(effect, link)) or "")
     if effect.kind == OutboundKind.STATE:
-        adapter.update_task_state(ref, payload["stateName"])
-        return payload["stateName"]
+        name = payload.get("stateName") or adapter.state_for_category(ref, payload["category"])
+        if not name:
+            raise NoMappedState(f"no mapped {payload['category']} state in the task's workflow")
+        adapter.update_task_state(ref, name)
+        return name
     if effect.kind == OutboundKind.BACKLINK:
         adapter.set_backlink(ref, payload.get("url") or issue_url(link.issue))
         return ""
