@@ -190,11 +190,13 @@ class Capabilities:
     signed_webhooks: bool
     routing_rule_kinds: frozenset[str]
     has_external_keys: bool = True
+    # Paperclip fields ``set_fields`` can write (a Paperclip-side edit of another one is never pushed).
+    settable_fields: frozenset[str] = frozenset({"title", "description"})
 
     def as_dict(self) -> dict:
         return {"operations": sorted(self.operations), "stateCategories": sorted(self.state_categories),
                 "signedWebhooks": self.signed_webhooks, "routingRuleKinds": sorted(self.routing_rule_kinds),
-                "hasExternalKeys": self.has_external_keys}
+                "hasExternalKeys": self.has_external_keys, "settableFields": sorted(self.settable_fields)}
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,7 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
         signed_webhooks=True,
         routing_rule_kinds=ALL_ROUTING_KINDS,
         has_external_keys=True,
+        settable_fields=frozenset({"title", "description", "priority"}),
     )
 
     def __init__(self, config: AdapterConfig, *, client: httpx.Client | None = None, page_size: int = PAGE_SIZE,

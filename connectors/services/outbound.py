@@ -331,8 +331,6 @@ def run_finished(*, run):
 # -------------------------------------------------------------------------------- field pushes (§11.1)
 # Issue attributes pushed when Paperclip owns or shares them; also their fieldPolicy / base snapshot keys.
 PUSHED_FIELDS = ("title", "description", "priority")
-# What each provider's set_fields takes among them (GitHub Issues has no priority field).
-SETTABLE_FIELDS = {"github_issues": ("title", "description"), "linear": PUSHED_FIELDS, "jira": PUSHED_FIELDS}
 PUSH_SOURCE = "fields:"
 
 
@@ -343,7 +341,10 @@ def pushable_fields(link: TaskLink, fields) -> list[str]:
     from connectors.choices import ConflictStatus
     from connectors.models import Conflict
 
-    settable = SETTABLE_FIELDS.get(link.provider_key, ("title", "description"))
+    try:  # what the provider's set_fields takes among them (GitHub Issues has no priority field)
+        settable = adapter_class(link.provider_key).capabilities.settable_fields
+    except LookupError:
+        return []
     names = [f for f in fields if f in settable and not write_refusal(link, OutboundKind.FIELDS, field=f)]
     if not names:
         return []
