@@ -112,7 +112,6 @@ from .base import (
     normalize_state_name,
     register,
 )
-from .mentions import neutralize_mentions
 from .http import (
     ALL_OPERATIONS,
     HttpClientMixin,
@@ -136,6 +135,7 @@ from .http import (
     webhook_json,
 )
 from .http import json_body as _json_body
+from .mentions import neutralize_mentions
 
 USER_AGENT = "paperclip-connector-jira/1.0"
 API = "/rest/api/3"

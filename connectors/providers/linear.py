@@ -101,7 +101,6 @@ from .base import (
     normalize_state_name,
     register,
 )
-from .mentions import neutralize_mentions
 from .http import (
     ALL_OPERATIONS,
     HttpClientMixin,
@@ -126,6 +125,7 @@ from .http import (
     webhook_json,
 )
 from .http import parse_utc as _utc
+from .mentions import neutralize_mentions
 
 USER_AGENT = "paperclip-connector-linear/1.0"
 PAGE_SIZE = 50
