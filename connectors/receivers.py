@@ -33,14 +33,21 @@ def on_issue_updated(sender, issue, actor=None, changes=None, **kwargs):
     from connectors.services import outbound
 
     change = (changes or {}).get("status")
-    if change:
-        _guarded(outbound.status_changed, _issue_id=issue.pk, issue=issue, old=change[0], new=change[1],
-                 actor=actor)
     # The connector's own edits (inbound applies run as SYSTEM) never bounce back to the tracker;
     # conflict resolutions by people are held by the open conflict they resolve (pushable_fields).
     fields = [name for name in outbound.PUSHED_FIELDS if name in (changes or {})]
-    if fields and actor is not None and not actor.system:
-        _guarded(outbound.fields_changed, _issue_id=issue.pk, issue=issue, fields=fields, actor=actor)
+    if fields and (actor is None or actor.system):
+        fields = []
+    if not change and not fields:
+        return
+
+    def project():  # one linked-issue check and one savepoint for the whole update
+        if change:
+            outbound.status_changed(issue=issue, old=change[0], new=change[1], actor=actor)
+        if fields:
+            outbound.fields_changed(issue=issue, fields=fields, actor=actor)
+
+    _guarded(project, _issue_id=issue.pk)
 
 
 @receiver(events.comment_created_atomic, dispatch_uid="connectors.outbound.comment_created")

@@ -82,8 +82,7 @@ def conflict_resolve(*, actor: Actor, conflict: Conflict, action: str, merged_va
                         entity_type="connector_link", entity_id=link.pk,
                         details={"conflictId": str(row.pk), "kind": row.kind, "field": row.field, "action": action,
                                  "value": result.get("value"), "outboundEffectId": result.get("effectId"),
-                                 "idempotencyKey": key, "instanceId": str(link.instance_id),
-                                 **_agent_details(actor)})
+                                 "idempotencyKey": key, "instanceId": str(link.instance_id)})
     return row
 
 
@@ -94,13 +93,6 @@ def _authorize(actor: Actor, conflict: Conflict, action: str):
     if action == ConflictAction.UNLINK:
         raise Forbidden("Unlinking is reserved to board users.", code="board_only")
     require_agent_issue(actor, conflict.link.issue, write=True)
-
-
-def _agent_details(actor: Actor) -> dict:
-    """The Conflict row only names a resolving user; an agent resolution is attributed here."""
-    if not actor.is_agent:
-        return {}
-    return {"resolvedByAgentId": str(actor.agent.pk), "runId": str(actor.run.pk)}
 
 
 def link_status_recompute(link: TaskLink, *, cause: str, key: str = ""):

@@ -26,7 +26,7 @@ from connectors.choices import (
     StateCategory,
 )
 from connectors.models import ConnectorInstance, OutboundEffect, TaskLink, default_write_policy
-from connectors.providers.base import ExternalState, ExternalTask, ExternalTaskRef
+from connectors.providers.base import ExternalState, ExternalTask, ExternalTaskRef, TaskSourceAdapter
 from issues.actors import SYSTEM
 from issues.choices import IssueStatus
 from issues.services.activity import activity_record
@@ -259,8 +259,6 @@ def projection_target(link: TaskLink, category: str) -> str | None:
     name = state_name_for(link, category)
     if name:
         return name
-    from connectors.providers.base import TaskSourceAdapter
-
     try:
         cls = adapter_class(link.provider_key)
     except LookupError:

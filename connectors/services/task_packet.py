@@ -154,8 +154,7 @@ def _symphony_issue(link: TaskLink, issue, description: str | None, snapshot: di
             "blocked_by": [], "created_at": None, "updated_at": updated}
 
 
-def packet_context(*, link: TaskLink, issue, attempt: int = 1, continuation: bool = False,
-                   policy: Policy | None = None) -> dict:
+def packet_context(*, link: TaskLink, issue, policy: Policy, attempt: int = 1, continuation: bool = False) -> dict:
     from .outbound import issue_url
 
     snapshot = (link.base_snapshot or {}).get("external") or {}
@@ -174,25 +173,15 @@ def packet_context(*, link: TaskLink, issue, attempt: int = 1, continuation: boo
         "paperclip": paperclip,
         "run": {"number": attempt, "continuation": continuation},
         "link": {"id": str(link.pk), "sync_mode": link.sync_mode, "run_mode": link.run_mode},
-        "workflow": ({"config": policy.config, "source": policy.source, "version": policy.version,
-                      "config_source": policy.config_source} if policy
-                     else {"config": {}, "source": "default", "version": "", "config_source": None}),
+        "workflow": {"config": policy.config, "source": policy.source, "version": policy.version,
+                     "config_source": policy.config_source},
     }
-
-
-def policy_of(link: TaskLink, issue=None) -> Policy:
-    """The policy (template and provenance) this link's packet is rendered with (§9.5 layers)."""
-    return policy_for(link=link, issue=issue, default_template=DEFAULT_TEMPLATE)
-
-
-def template_for(link: TaskLink, issue=None) -> str:
-    return policy_of(link, issue).template
 
 
 def packet_build(*, link: TaskLink, issue, attempt: int = 1, continuation: bool = False) -> Packet:
     """Render the packet strictly with the layered policy; :class:`PacketError` names the template's
     source, and no partial text ever escapes."""
-    policy = policy_of(link, issue)
+    policy = policy_for(link=link, issue=issue, default_template=DEFAULT_TEMPLATE)  # the §9.5 layers
     try:
         text = ENV.from_string(policy.template).render(
             **packet_context(link=link, issue=issue, attempt=attempt, continuation=continuation, policy=policy))
@@ -205,6 +194,3 @@ def packet_build(*, link: TaskLink, issue, attempt: int = 1, continuation: bool 
             url=link.external_url or "(no URL)", label=policy.label, version=policy.version[:12])
     return Packet(text=text, policy=policy)
 
-
-def packet_render(*, link: TaskLink, issue, attempt: int = 1, continuation: bool = False) -> str:
-    return packet_build(link=link, issue=issue, attempt=attempt, continuation=continuation).text
