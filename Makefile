@@ -8,6 +8,14 @@ PYTEST_WORKERS ?= auto
 
 .PHONY: run test install migrate demo schema bench clean
 
+# The demo: the GitHub sandbox on loopback is the one non-public address the server may call (plain
+# http, loopback only), and its token and webhook secret are fresh random values at each start,
+# referenced by the connector as allow-listed env:PAPERCLIP_SECRET_* names (never stored).
+run demo: export PAPERCLIP_OUTBOUND_ALLOWED_HOSTS = 127.0.0.1:8765
+run demo: export PAPERCLIP_OUTBOUND_ALLOW_HTTP = true
+run demo: export PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN := $(shell $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(24))')
+run demo: export PAPERCLIP_SECRET_GITHUB_SANDBOX_WEBHOOK_SECRET := $(shell $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(24))')
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -27,11 +35,8 @@ run: demo
 	@echo "Paperclip on http://127.0.0.1:8000/  (log in as printed above; API docs at /api/docs/)"
 	@echo "GitHub sandbox on http://127.0.0.1:8765/ opens demo/app#2 once the server answers (see Connectors)."
 	@# The in-process worker starts agent runs (no broker needed); the GitHub sandbox serves the demo
-	@# connector and runs the connector sweep. Its token and webhook secret are fresh random values
-	@# exported here at each start (the connector references them as env:NAME); all stop with the server.
-	@export GITHUB_SANDBOX_TOKEN=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(24))'); \
-	  export GITHUB_SANDBOX_WEBHOOK_SECRET=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(24))'); \
-	  $(PY) manage.py paperclip_worker & worker=$$!; \
+	@# connector and runs the connector sweep (token and secret exported above); all stop with the server.
+	@$(PY) manage.py paperclip_worker & worker=$$!; \
 	  $(PY) manage.py demo_sandbox & sandbox=$$!; \
 	  trap 'kill $$worker $$sandbox 2>/dev/null' EXIT INT TERM; \
 	  $(PY) manage.py runserver 127.0.0.1:8000

@@ -59,7 +59,7 @@ def configure_env(args) -> str:
     os.environ.setdefault("LOG_LEVEL", "ERROR")
     os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:6379/{args.redis_db}"
     os.environ["CELERY_TASK_ALWAYS_EAGER"] = "False"
-    os.environ["BENCH_SYMPHONY_SECRET"] = SECRET
+    os.environ["PAPERCLIP_SECRET_BENCH_SYMPHONY_SECRET"] = SECRET
     return url
 
 
@@ -98,7 +98,7 @@ def create_bench_data():
         actor=SYSTEM, company=company, name="bench symphony", provider_key="github_issues",
         base_url="https://api.github.invalid", containers=[REPO],
         state_mapping={"open": "backlog", "closed": "terminal", "labels": {"in progress": "active"}},
-        webhook_secret="env:BENCH_SYMPHONY_SECRET", triage_agent_id=coder.pk,
+        webhook_secret="env:PAPERCLIP_SECRET_BENCH_SYMPHONY_SECRET", triage_agent_id=coder.pk,
         default_run_mode="symphony_compatible", routing_rules=[{"kind": "default_route", "agentId": coder.pk}])
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")

@@ -89,7 +89,7 @@ def configure_env(args) -> str:
     os.environ.setdefault("LOG_LEVEL", "ERROR")
     os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:6379/{args.redis_db}"
     os.environ["CELERY_TASK_ALWAYS_EAGER"] = "False"
-    os.environ["BENCH_WEBHOOK_SECRET"] = SECRET
+    os.environ["PAPERCLIP_SECRET_BENCH_WEBHOOK_SECRET"] = SECRET
     if args.conn_max_age is not None:
         os.environ["CONN_MAX_AGE"] = str(args.conn_max_age)
     return url
@@ -139,7 +139,7 @@ def create_bench_data(args) -> dict:
         instances[label] = instance_create(
             actor=SYSTEM, company=company, name=f"bench {label}", provider_key="github_issues",
             base_url="https://api.github.invalid", containers=[REPO], state_mapping=mapping,
-            webhook_secret="env:BENCH_WEBHOOK_SECRET", triage_agent_id=triage.pk)
+            webhook_secret="env:PAPERCLIP_SECRET_BENCH_WEBHOOK_SECRET", triage_agent_id=triage.pk)
     template = json.loads((FIXTURE / "issues_opened.payload.json").read_text())
     total = (args.rounds + 1) * args.clients * args.per_client
     bodies = [opened_body(template, n) for n in range(1, total + 1)]

@@ -1,7 +1,11 @@
 """Django admin for connectors. Instances and rules are configuration; events, transitions, errors,
 conflicts and interventions are audit (read-only). Secrets show no plaintext, ever."""
+from django import forms
 from django.contrib import admin
 
+from paperclip.core.outbound_http import url_refusal
+
+from . import secrets
 from .models import (
     Conflict,
     ConnectorInstance,
@@ -33,8 +37,34 @@ class RoutingRuleInline(admin.TabularInline):
     raw_id_fields = ("target_agent",)
 
 
+class ConnectorInstanceAdminForm(forms.ModelForm):
+    """The API's rules hold here too: references that resolve for the instance's company, a base URL
+    the outbound guard accepts."""
+
+    class Meta:
+        model = ConnectorInstance
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        company = cleaned.get("company")
+        for name, label in (("credentials_ref", "credentials"), ("webhook_secret_ref", "webhookSecret")):
+            ref = cleaned.get(name)
+            if ref and company is not None:
+                try:
+                    secrets.resolve(ref, company_id=company.pk, field=label)
+                except secrets.SecretUnavailable as exc:
+                    self.add_error(name, exc.message)
+        base_url = cleaned.get("base_url")
+        refusal = url_refusal(base_url) if base_url else None
+        if refusal:
+            self.add_error("base_url", refusal)
+        return cleaned
+
+
 @admin.register(ConnectorInstance)
 class ConnectorInstanceAdmin(admin.ModelAdmin):
+    form = ConnectorInstanceAdminForm
     list_display = ("name", "provider_key", "company", "status", "last_webhook_at", "last_poll_at",
                     "last_reconcile_at", "webhook_rejected_count")
     list_filter = ("provider_key", "status", "company")

@@ -1,23 +1,35 @@
 """Secret references (§14.2): ``env:NAME`` or ``secret:<uuid>`` (a Fernet-encrypted stored secret).
 
-The key comes from ``settings.CONNECTORS["SECRETS_KEY"]`` (env ``PAPERCLIP_SECRETS_KEY``, a Fernet
-key); without one it is derived from ``SECRET_KEY``. Plaintext never lands in a model field."""
+``env:`` names obey the server's allow-list (paperclip.core.secret_refs); a stored secret belongs
+to one company and resolves only for it. The key comes from ``settings.CONNECTORS["SECRETS_KEY"]``
+(env ``PAPERCLIP_SECRETS_KEY``, a Fernet key); without one it is derived from ``SECRET_KEY``.
+Plaintext never lands in a model field."""
 from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
 
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
-ENV_REF = re.compile(r"^env:([A-Za-z_][A-Za-z0-9_]{0,127})$")
+from paperclip.core.errors import Unprocessable
+from paperclip.core.secret_refs import ENV_REF, SecretMissing, SecretRefused, env_ref_resolve
+
 STORED_REF = re.compile(r"^secret:([0-9a-fA-F-]{32,36})$")
 
 
-class SecretUnavailable(Exception):
-    """The reference names nothing usable (unset variable, missing row, wrong key)."""
+class SecretUnavailable(Unprocessable):
+    """The reference names nothing usable (refused or unset variable, missing row, wrong key).
+
+    In a request it answers 422 ``secret_unavailable`` naming the field; in background work it is
+    recorded as a health entry by the caller."""
+
+    code = "secret_unavailable"
+
+    def __init__(self, message: str, *, field: str = "credentials"):
+        super().__init__(message, details={field: [message]})
+        self.field = field
 
 
 def _fernet() -> Fernet:
@@ -51,26 +63,26 @@ def secret_store(*, company, name: str, value: str) -> str:
     return f"secret:{row.pk}"
 
 
-def resolve(ref: str | None, *, company_id=None) -> str | None:
-    """The secret's value, or None for an empty reference. A stored secret of another company is
-    unavailable (the company boundary holds for secrets too)."""
+def resolve(ref: str | None, *, company_id, field: str = "credentials") -> str | None:
+    """The secret's value, or None for an empty reference. The company is required: a stored secret
+    of another company is unavailable (the company boundary holds for secrets too)."""
     if not ref:
         return None
-    match = ENV_REF.match(ref)
-    if match:
-        value = os.environ.get(match.group(1))
-        if value is None:
-            raise SecretUnavailable(f"Environment variable {match.group(1)} is not set.")
-        return value
+    if ENV_REF.match(ref):
+        try:
+            return env_ref_resolve(ref)
+        except (SecretRefused, SecretMissing) as exc:
+            raise SecretUnavailable(str(exc), field=field) from None
     match = STORED_REF.match(ref)
     if match:
         from connectors.models import ConnectorSecret
 
-        qs = ConnectorSecret.objects.filter(pk=match.group(1))
-        if company_id is not None:
-            qs = qs.filter(company_id=company_id)
-        ciphertext = qs.values_list("ciphertext", flat=True).first()
+        ciphertext = (ConnectorSecret.objects.filter(pk=match.group(1), company_id=company_id)
+                      .values_list("ciphertext", flat=True).first())
         if ciphertext is None:
-            raise SecretUnavailable("The stored secret does not exist.")
-        return decrypt(ciphertext)
-    raise SecretUnavailable("Not a secret reference (use env:NAME or a stored secret).")
+            raise SecretUnavailable("The stored secret does not exist.", field=field)
+        try:
+            return decrypt(ciphertext)
+        except SecretUnavailable as exc:
+            raise SecretUnavailable(exc.message, field=field) from None
+    raise SecretUnavailable("Not a secret reference (use env:NAME or a stored secret).", field=field)

@@ -14,7 +14,7 @@ from django.http import HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 
 from issues.actors import Actor
-from issues.exceptions import ApiError
+from issues.exceptions import ApiError, InvalidInput
 from issues.models import (
     ActivityLog,
     Agent,
@@ -37,6 +37,7 @@ from issues.models import (
     WakeupRequest,
     WorkProduct,
 )
+from issues.services.agents import adapter_config_validate
 
 AUDIT_FIELDS = ("id", "created_at", "updated_at")
 
@@ -164,8 +165,24 @@ class AgentApiKeyInline(ReadOnlyInlineMixin, admin.TabularInline):
     readonly_fields = fields
 
 
+class AgentAdminForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        try:
+            adapter_config_validate(cleaned.get("adapter_type") or "none", cleaned.get("adapter_config") or {})
+        except InvalidInput as exc:
+            for field, reasons in exc.details.items():
+                self.add_error("adapter_type" if field == "adapterType" else "adapter_config", reasons)
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentAdminForm
     list_display = ("name", "company", "role", "status", "adapter_type", "reports_to", "last_heartbeat_at",
                     "updated_at")
     list_filter = ("status", "role", "adapter_type", "company")

@@ -137,7 +137,7 @@ def seed_connector(company, project, linus):
 
     instance = instance_create(
         actor=SYSTEM, company=company, name="GitHub acme/site", provider_key="github_issues",
-        credentials="env:GITHUB_TOKEN", webhook_secret="env:GITHUB_WEBHOOK_SECRET", containers=["acme/site"],
+        credentials="env:PAPERCLIP_SECRET_GITHUB_TOKEN", webhook_secret="env:PAPERCLIP_SECRET_GITHUB_WEBHOOK_SECRET", containers=["acme/site"],
         state_mapping={"open": "active", "closed": "terminal"}, default_sync_mode="bidirectional",
         project_id=project.pk, routing_rules=[{"kind": "label", "match": {"label": "frontend"},
                                                "agentId": str(linus.pk)},

@@ -1,4 +1,7 @@
+import os
+
 import pytest
+from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -25,6 +28,20 @@ class AgentClient(APIClient):
             headers["HTTP_X_PAPERCLIP_RUN_ID"] = str(run.pk)
         self.credentials(**headers)
         return self
+
+
+# The local provider sandboxes and http-adapter receivers listen on loopback over plain http: the
+# suite allows exactly that, as `make run` does for the demo sandbox (paperclip.core.outbound_http).
+# Set in the environment too, so worker subprocesses started by tests inherit it.
+LOOPBACK_OUTBOUND = {"OUTBOUND_ALLOWED_HOSTS": ["127.0.0.1", "localhost", "::1"], "OUTBOUND_ALLOW_HTTP": True}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _loopback_outbound_allowed():
+    settings.PAPERCLIP.update(LOOPBACK_OUTBOUND)
+    os.environ["PAPERCLIP_OUTBOUND_ALLOWED_HOSTS"] = ",".join(LOOPBACK_OUTBOUND["OUTBOUND_ALLOWED_HOSTS"])
+    os.environ["PAPERCLIP_OUTBOUND_ALLOW_HTTP"] = "true"
+    yield
 
 
 @pytest.fixture

@@ -105,6 +105,11 @@ def _actor(login: str | None, service_id: str | None) -> ExternalActor | None:
 class FakeTrackerAdapter(TaskSourceAdapter):
     provider_key = PROVIDER
     default_base_url = ""
+
+    @classmethod
+    def base_url_refusal(cls, url: str) -> str | None:
+        # The fake tracker lives in this process: its base URL is a store key, never dialled.
+        return None if url.startswith("fake://") else "Must be a fake:// store URL."
     capabilities = Capabilities(
         operations=frozenset({"list_candidate_tasks", "get_task", "get_task_states", "list_comments",
                               "verify_webhook", "post_comment", "set_backlink"}),

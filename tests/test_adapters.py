@@ -113,12 +113,12 @@ def test_run_scoped_key_is_bound_to_its_run_and_authenticates(client):
 
 @pytest.mark.django_db
 def test_prepare_context_collects_env_secrets_and_timeout(monkeypatch):
-    monkeypatch.setenv("TEST_ADAPTER_REF", "ref-secret-value")
+    monkeypatch.setenv("PAPERCLIP_SECRET_TEST_ADAPTER_REF", "ref-secret-value")
     issue = IssueFactory()
     agent = AgentFactory(company=issue.company, adapter_type="process", runtime_config={"timeoutSeconds": 42},
                          adapter_config={
         "command": [PY, "-V"],
-        "env": {"SERVICE_TOKEN": "literal-token", "PLAIN": "x", "REF": {"secret_ref": "env:TEST_ADAPTER_REF"}},
+        "env": {"SERVICE_TOKEN": "literal-token", "PLAIN": "x", "REF": {"secret_ref": "env:PAPERCLIP_SECRET_TEST_ADAPTER_REF"}},
     })
     run = RunFactory(agent=agent, issue=issue, status="queued", wake_reason="assigned",
                      context={"commentIds": ["c1", "c2"], "approvalId": "ap"})
@@ -192,14 +192,14 @@ def test_process_killed_by_a_signal_without_stop_is_interrupted():
 
 @pytest.mark.django_db
 def test_process_secrets_are_redacted_from_every_event(monkeypatch):
-    monkeypatch.setenv("TEST_ADAPTER_REF", "ref-secret-value")
+    monkeypatch.setenv("PAPERCLIP_SECRET_TEST_ADAPTER_REF", "ref-secret-value")
     script = ("import os, sys\n"
               "for name in ('PAPERCLIP_API_KEY', 'SERVICE_TOKEN', 'REF', 'PLAIN'):\n"
               "    print(name, os.environ[name], flush=True)\n"
               "    print('err', name, os.environ[name], file=sys.stderr, flush=True)\n"
               "sys.exit(3)\n")
     run = make_run(adapter_config={"command": [PY, "-c", script], "env": {
-        "SERVICE_TOKEN": "literal-token", "PLAIN": "visible-value", "REF": {"secret_ref": "env:TEST_ADAPTER_REF"}}})
+        "SERVICE_TOKEN": "literal-token", "PLAIN": "visible-value", "REF": {"secret_ref": "env:PAPERCLIP_SECRET_TEST_ADAPTER_REF"}}})
     ctx = context(run)
     key = ctx.env["PAPERCLIP_API_KEY"]
     result = get_adapter("process").execute(ctx)
@@ -492,11 +492,11 @@ def receiver():
 
 @pytest.mark.django_db
 def test_http_wake_is_signed_and_accepted(receiver, monkeypatch):
-    monkeypatch.setenv("TEST_WAKE_SECRET", "s3cret-wake-key")
+    monkeypatch.setenv("PAPERCLIP_SECRET_TEST_WAKE_SECRET", "s3cret-wake-key")
     endpoint = receiver(202)
     issue = IssueFactory()
     agent = AgentFactory(company=issue.company, adapter_type="http",
-                         adapter_config={"url": endpoint.url, "secret_ref": "env:TEST_WAKE_SECRET"})
+                         adapter_config={"url": endpoint.url, "secret_ref": "env:PAPERCLIP_SECRET_TEST_WAKE_SECRET"})
     run = RunFactory(agent=agent, issue=issue, status="queued", wake_reason="mentioned",
                      context={"commentIds": ["c-1"]})
     ctx = context(run)
@@ -522,9 +522,9 @@ def test_http_wake_is_signed_and_accepted(receiver, monkeypatch):
 
 @pytest.mark.django_db
 def test_http_non_2xx_and_unreachable_fail(receiver, monkeypatch):
-    monkeypatch.setenv("TEST_WAKE_SECRET", "s3cret-wake-key")
+    monkeypatch.setenv("PAPERCLIP_SECRET_TEST_WAKE_SECRET", "s3cret-wake-key")
     endpoint = receiver(503)
-    run = make_run(adapter_type="http", adapter_config={"url": endpoint.url, "secret_ref": "env:TEST_WAKE_SECRET"})
+    run = make_run(adapter_type="http", adapter_config={"url": endpoint.url, "secret_ref": "env:PAPERCLIP_SECRET_TEST_WAKE_SECRET"})
     result = get_adapter("http").execute(context(run))
     assert result.status == "failed" and result.error == "wake rejected: HTTP 503"
 
@@ -532,7 +532,7 @@ def test_http_non_2xx_and_unreachable_fail(receiver, monkeypatch):
     url = closed.url
     closed.close()
     run = make_run(adapter_type="http",
-                   adapter_config={"url": url, "secret_ref": "env:TEST_WAKE_SECRET", "timeout_seconds": 2})
+                   adapter_config={"url": url, "secret_ref": "env:PAPERCLIP_SECRET_TEST_WAKE_SECRET", "timeout_seconds": 2})
     result = get_adapter("http").execute(context(run))
     assert result.status == "failed" and "ConnectError" in result.error
 
@@ -550,10 +550,10 @@ def test_http_rejects_inline_secrets_and_unset_refs(receiver, monkeypatch):
     result = adapter.execute(context(run))
     assert result.status == "failed" and "inline secrets" in result.error
 
-    monkeypatch.delenv("TEST_WAKE_UNSET", raising=False)
-    run = make_run(adapter_type="http", adapter_config={"url": endpoint.url, "secret_ref": "env:TEST_WAKE_UNSET"})
+    monkeypatch.delenv("PAPERCLIP_SECRET_TEST_WAKE_UNSET", raising=False)
+    run = make_run(adapter_type="http", adapter_config={"url": endpoint.url, "secret_ref": "env:PAPERCLIP_SECRET_TEST_WAKE_UNSET"})
     result = adapter.execute(context(run))
-    assert result.status == "failed" and "TEST_WAKE_UNSET is not set" in result.error
+    assert result.status == "failed" and "PAPERCLIP_SECRET_TEST_WAKE_UNSET is not set" in result.error
     assert endpoint.requests == []
 
 

@@ -30,7 +30,10 @@ def test_create_company_rejects_bad_role_and_duplicate_prefix_atomically(db):
     assert Company.objects.filter(issue_prefix="XX").count() == 1
 
 
-def test_seed_demo_is_repeatable_and_prints_a_login(db):
+def test_seed_demo_is_repeatable_and_prints_a_login(db, monkeypatch):
+    # As `make demo` does: the sandbox connector's references must resolve when it is created.
+    monkeypatch.setenv("PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN", "demo-token")
+    monkeypatch.setenv("PAPERCLIP_SECRET_GITHUB_SANDBOX_WEBHOOK_SECRET", "demo-hook-secret")
     first, second = StringIO(), StringIO()
     call_command("seed_demo", stdout=first)
     call_command("seed_demo", stdout=second)

@@ -32,14 +32,14 @@ def test_changelists_and_change_pages_render(admin_client, company):
 
 def test_secret_references(company, monkeypatch, settings):
     ref = secrets.secret_store(company=company, name="t", value="s3cret")
-    assert secrets.resolve(ref) == "s3cret"
+    assert secrets.resolve(ref, company_id=company.pk) == "s3cret"
     assert "s3cret" not in ConnectorSecret.objects.get().ciphertext
-    monkeypatch.setenv("SOME_TOKEN", "from-env")
-    assert secrets.resolve("env:SOME_TOKEN") == "from-env"
+    monkeypatch.setenv("PAPERCLIP_SECRET_SOME_TOKEN", "from-env")
+    assert secrets.resolve("env:PAPERCLIP_SECRET_SOME_TOKEN", company_id=company.pk) == "from-env"
     with pytest.raises(secrets.SecretUnavailable):
-        secrets.resolve("env:NOT_SET_ANYWHERE_123")
+        secrets.resolve("env:PAPERCLIP_SECRET_NOT_SET_ANYWHERE_123", company_id=company.pk)
     with pytest.raises(secrets.SecretUnavailable):
-        secrets.resolve("plaintext")
+        secrets.resolve("plaintext", company_id=company.pk)
     from tests.factories import CompanyFactory
 
     with pytest.raises(secrets.SecretUnavailable):  # another company's stored secret is not usable
@@ -48,7 +48,7 @@ def test_secret_references(company, monkeypatch, settings):
 
     settings.CONNECTORS = {**settings.CONNECTORS, "SECRETS_KEY": Fernet.generate_key().decode()}
     with pytest.raises(secrets.SecretUnavailable):  # a different key cannot read it
-        secrets.resolve(ref)
+        secrets.resolve(ref, company_id=company.pk)
     assert ConnectorInstance.objects.count() == 0
 
 

@@ -141,7 +141,7 @@ CASES = [
     Case("instance-pause", "connector-pause", "POST", lambda o, t: (f"/api/connectors/{s(t.instance)}/pause", KEY)),
     Case("instance-resume", "connector-resume", "POST", lambda o, t: (f"/api/connectors/{s(t.instance)}/resume", KEY)),
     Case("instance-credentials", "connector-credentials", "POST",
-         lambda o, t: (f"/api/connectors/{s(t.instance)}/credentials", {**KEY, "credentials": "env:X"})),
+         lambda o, t: (f"/api/connectors/{s(t.instance)}/credentials", {**KEY, "credentials": {"value": "rotated-token"}})),
     Case("link-get", "connector-link-detail", "GET", lambda o, t: (f"/api/connector-links/{s(t.link)}", None)),
     Case("link-activity", "connector-link-activity", "GET",
          lambda o, t: (f"/api/connector-links/{s(t.link)}/activity", None)),

@@ -53,11 +53,11 @@ def agents(company):
 
 @pytest.fixture
 def instance(company, agents, monkeypatch):
-    monkeypatch.setenv("GH_FIXTURE_HOOK_SECRET", SECRET)
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_FIXTURE_HOOK_SECRET", SECRET)
     return instance_create(
         actor=SYSTEM, company=company, name="hello-world", provider_key="github_issues",
         base_url="https://api.github.invalid", containers=[REPO], state_mapping=DEFAULT_STATE_MAPPING,
-        webhook_secret="env:GH_FIXTURE_HOOK_SECRET", triage_agent_id=agents["triage"].pk,
+        webhook_secret="env:PAPERCLIP_SECRET_GH_FIXTURE_HOOK_SECRET", triage_agent_id=agents["triage"].pk,
         routing_rules=[{"kind": "label", "match": {"label": "bug"}, "agentId": agents["fixer"].pk},
                        {"kind": "user_mapping", "match": {"login": "Codertocat"}, "agentId": agents["coder"].pk}])
 
@@ -178,12 +178,12 @@ def test_delivery_for_another_repository_is_rejected(instance, django_capture_on
 
 @pytest.fixture
 def sandbox_instance(company, agents, github_sandbox, monkeypatch):
-    monkeypatch.setenv("GH_SANDBOX_TOKEN", SANDBOX_TOKEN)
-    monkeypatch.setenv("GH_SANDBOX_HOOK", SANDBOX_WEBHOOK_SECRET)
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_SANDBOX_TOKEN", SANDBOX_TOKEN)
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_SANDBOX_HOOK", SANDBOX_WEBHOOK_SECRET)
     return instance_create(
         actor=SYSTEM, company=company, name="sandbox", provider_key="github_issues",
         base_url=github_sandbox.base_url, containers=[SANDBOX_REPO], state_mapping=DEFAULT_STATE_MAPPING,
-        credentials="env:GH_SANDBOX_TOKEN", webhook_secret="env:GH_SANDBOX_HOOK",
+        credentials="env:PAPERCLIP_SECRET_GH_SANDBOX_TOKEN", webhook_secret="env:PAPERCLIP_SECRET_GH_SANDBOX_HOOK",
         service_account_id=SERVICE_LOGIN, triage_agent_id=agents["triage"].pk,
         routing_rules=[{"kind": "label", "match": {"label": "pc:agent/*"}}])
 

@@ -220,8 +220,8 @@ def test_unreachable_provider_and_missing_credentials(company, jira, monkeypatch
     assert {e["category"] for e in report["providerErrors"]} == {ErrorCategory.PROVIDER_REQUEST}
     assert "could not be read" in report["message"]
 
-    ConnectorInstance.objects.filter(pk=instance.pk).update(credentials_ref="env:MAPPING_CHECK_UNSET")
-    monkeypatch.delenv("MAPPING_CHECK_UNSET", raising=False)
+    ConnectorInstance.objects.filter(pk=instance.pk).update(credentials_ref="env:PAPERCLIP_SECRET_MAPPING_CHECK_UNSET")
+    monkeypatch.delenv("PAPERCLIP_SECRET_MAPPING_CHECK_UNSET", raising=False)
     report = state_mapping_check(actor=SYSTEM, instance=ConnectorInstance.objects.get(pk=instance.pk))
     assert report["status"] == "unavailable"
     assert [(e["container"], e["category"]) for e in report["providerErrors"]] == [(None, ErrorCategory.CONFIG)]
@@ -229,12 +229,14 @@ def test_unreachable_provider_and_missing_credentials(company, jira, monkeypatch
                                     message__contains="Credentials unavailable").exists()
 
 
-def test_github_has_no_workflow_metadata(company):
+def test_github_has_no_workflow_metadata(company, monkeypatch):
     from tests.github_sandbox import DEFAULT_STATE_MAPPING as GITHUB_MAPPING
+
+    monkeypatch.setenv("PAPERCLIP_SECRET_MAPPING_CHECK_NEVER_READ", "exported-but-never-read")
 
     instance = instance_create(actor=SYSTEM, company=company, name="gh", provider_key="github_issues",
                                base_url=dead_url(), containers=["octo/repo"], state_mapping=GITHUB_MAPPING,
-                               credentials="env:MAPPING_CHECK_NEVER_READ")
+                               credentials="env:PAPERCLIP_SECRET_MAPPING_CHECK_NEVER_READ")
     report = state_mapping_check(actor=SYSTEM, instance=instance)
     assert report["status"] == "not_applicable" and "no workflow metadata" in report["message"]
     assert not SyncError.objects.filter(instance=instance).exists()

@@ -39,12 +39,12 @@ def coder(company):
 
 @pytest.fixture
 def instance(company, coder, github_sandbox, monkeypatch):
-    monkeypatch.setenv("GH_OUT_TOKEN", SANDBOX_TOKEN)
-    monkeypatch.setenv("GH_OUT_HOOK", SANDBOX_WEBHOOK_SECRET)
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_OUT_TOKEN", SANDBOX_TOKEN)
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_OUT_HOOK", SANDBOX_WEBHOOK_SECRET)
     return instance_create(
         actor=SYSTEM, company=company, name="sandbox-out", provider_key="github_issues",
         base_url=github_sandbox.base_url, containers=[SANDBOX_REPO], state_mapping=DEFAULT_STATE_MAPPING,
-        credentials="env:GH_OUT_TOKEN", webhook_secret="env:GH_OUT_HOOK", service_account_id=SERVICE_LOGIN,
+        credentials="env:PAPERCLIP_SECRET_GH_OUT_TOKEN", webhook_secret="env:PAPERCLIP_SECRET_GH_OUT_HOOK", service_account_id=SERVICE_LOGIN,
         triage_agent_id=coder.pk, default_sync_mode="bidirectional",
         routing_rules=[{"kind": "default_route", "agentId": coder.pk}])
 

@@ -264,8 +264,8 @@ def tracker_link(request, company, coder, monkeypatch, django_capture_on_commit_
 
     key = request.param
     sandbox = request.getfixturevalue(f"{key}_sandbox")
-    monkeypatch.setenv("OF_TOKEN", linear.SANDBOX_TOKEN if key == "linear" else sandbox.credentials)
-    monkeypatch.setenv("OF_HOOK", linear.SANDBOX_WEBHOOK_SECRET if key == "linear" else jira.SANDBOX_WEBHOOK_SECRET)
+    monkeypatch.setenv("PAPERCLIP_SECRET_OF_TOKEN", linear.SANDBOX_TOKEN if key == "linear" else sandbox.credentials)
+    monkeypatch.setenv("PAPERCLIP_SECRET_OF_HOOK", linear.SANDBOX_WEBHOOK_SECRET if key == "linear" else jira.SANDBOX_WEBHOOK_SECRET)
     if key == "linear":
         extra = dict(containers=[linear.SANDBOX_TEAM], state_mapping=linear.DEFAULT_STATE_MAPPING,
                      service_account_id=sandbox.service_user["id"])
@@ -276,7 +276,7 @@ def tracker_link(request, company, coder, monkeypatch, django_capture_on_commit_
         task_id = sandbox.create_issue("Crash on start", project=jira.SANDBOX_PROJECT, description="It crashes.")["id"]
     instance = instance_create(
         actor=SYSTEM, company=company, name=f"{key}-fields", provider_key=key, base_url=sandbox.base_url,
-        credentials="env:OF_TOKEN", webhook_secret="env:OF_HOOK", triage_agent_id=coder.pk,
+        credentials="env:PAPERCLIP_SECRET_OF_TOKEN", webhook_secret="env:PAPERCLIP_SECRET_OF_HOOK", triage_agent_id=coder.pk,
         default_sync_mode="bidirectional", routing_rules=[{"kind": "default_route", "agentId": coder.pk}], **extra)
     forward(sandbox, instance, django_capture_on_commit_callbacks)
     return key, sandbox, instance, task_id, TaskLink.objects.get(instance=instance)

@@ -180,17 +180,17 @@ JIRA_PRIORITY = {"critical": "Highest", "high": "High", "medium": "Medium", "low
 
 def build_instance(key, sandbox, company, agent, monkeypatch, state_names=STATE_NAMES):
     if key == "linear":
-        monkeypatch.setenv("RT_LINEAR_TOKEN", LINEAR_TOKEN)
-        monkeypatch.setenv("RT_LINEAR_HOOK", LINEAR_HOOK)
+        monkeypatch.setenv("PAPERCLIP_SECRET_RT_LINEAR_TOKEN", LINEAR_TOKEN)
+        monkeypatch.setenv("PAPERCLIP_SECRET_RT_LINEAR_HOOK", LINEAR_HOOK)
         extra = dict(containers=[SANDBOX_TEAM], state_mapping={"types": LINEAR_TYPES, "states": dict(state_names)},
-                     credentials="env:RT_LINEAR_TOKEN", webhook_secret="env:RT_LINEAR_HOOK",
+                     credentials="env:PAPERCLIP_SECRET_RT_LINEAR_TOKEN", webhook_secret="env:PAPERCLIP_SECRET_RT_LINEAR_HOOK",
                      service_account_id=sandbox.service_user["id"])
     else:
-        monkeypatch.setenv("RT_JIRA_CREDENTIALS", sandbox.credentials)
-        monkeypatch.setenv("RT_JIRA_HOOK", JIRA_HOOK)
+        monkeypatch.setenv("PAPERCLIP_SECRET_RT_JIRA_CREDENTIALS", sandbox.credentials)
+        monkeypatch.setenv("PAPERCLIP_SECRET_RT_JIRA_HOOK", JIRA_HOOK)
         extra = dict(containers=[SANDBOX_PROJECT],
                      state_mapping={"statuses": dict(state_names), "categories": JIRA_CATEGORIES},
-                     credentials="env:RT_JIRA_CREDENTIALS", webhook_secret="env:RT_JIRA_HOOK",
+                     credentials="env:PAPERCLIP_SECRET_RT_JIRA_CREDENTIALS", webhook_secret="env:PAPERCLIP_SECRET_RT_JIRA_HOOK",
                      service_account_id=sandbox.service_user["accountId"])
     return instance_create(
         actor=SYSTEM, company=company, name=f"{key}-round-trips", provider_key=key, base_url=sandbox.base_url,

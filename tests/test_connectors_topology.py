@@ -46,14 +46,14 @@ def deliveries():
 
 def test_worker_sigkill_mid_stream_applies_every_delivery_exactly_once(topology, monkeypatch):
     topology.env.update({"PAPERCLIP_CONNECTOR_SWEEP_SECONDS": "1", "PAPERCLIP_CONNECTOR_STALE_PENDING_SECONDS": "2",
-                         "GH_TOPOLOGY_SECRET": SECRET, "PAPERCLIP_CONNECTOR_RETRY_BASE_SECONDS": "0.2"})
-    monkeypatch.setenv("GH_TOPOLOGY_SECRET", SECRET)
+                         "PAPERCLIP_SECRET_GH_TOPOLOGY_SECRET": SECRET, "PAPERCLIP_CONNECTOR_RETRY_BASE_SECONDS": "0.2"})
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_TOPOLOGY_SECRET", SECRET)
     company = CompanyFactory()
     triage = AgentFactory(company=company, name="triage", status="paused")  # no runs are started by imports
     instance = instance_create(actor=SYSTEM, company=company, name="topology", provider_key="github_issues",
                                base_url="https://api.github.invalid", containers=["Codertocat/Hello-World"],
                                state_mapping={"open": "backlog", "closed": "terminal"},
-                               webhook_secret="env:GH_TOPOLOGY_SECRET", triage_agent_id=triage.pk)
+                               webhook_secret="env:PAPERCLIP_SECRET_GH_TOPOLOGY_SECRET", triage_agent_id=triage.pk)
     # Celery lets a CELERY_BROKER_URL environment variable win over the argument: point it at the
     # test's private Redis database too (CI exports the shared broker's URL).
     monkeypatch.setenv("CELERY_BROKER_URL", topology.env["CELERY_BROKER_URL"])

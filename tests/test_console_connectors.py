@@ -23,13 +23,22 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def referenced_secrets(monkeypatch):
+    """The variables these connectors reference exist, as an operator's deployment would export them
+    (a reference that resolves to nothing is refused when the connector is created)."""
+    for name in ("GH_TOKEN_FOR_TESTS", "GH_SECRET_FOR_TESTS", "GH_HOOK", "GH_TOKEN", "GITHUB_SANDBOX_TOKEN",
+                 "GITHUB_SANDBOX_WEBHOOK_SECRET"):
+        monkeypatch.setenv(f"PAPERCLIP_SECRET_{name}", f"test-value-{name.lower()}")
+
+
 def text(response) -> str:
     return response.content.decode()
 
 
 def make_instance(company, name="GitHub demo", **fields):
     return instance_create(actor=SYSTEM, company=company, name=name, provider_key="github_issues",
-                           credentials="env:GH_TOKEN_FOR_TESTS", webhook_secret="env:GH_SECRET_FOR_TESTS",
+                           credentials="env:PAPERCLIP_SECRET_GH_TOKEN_FOR_TESTS", webhook_secret="env:PAPERCLIP_SECRET_GH_SECRET_FOR_TESTS",
                            containers=["demo/app"], **fields)
 
 
@@ -117,7 +126,7 @@ def test_health_page_shows_queue_retries_parked_errors_and_cursors(world):
     assert f'id="event-{parked.pk}"' in page and "boom &lt;script&gt;" in page
     assert "429 from the provider" in page and "provider_rate_limited" in page
     assert "demo/app" in page and "Lag" in page
-    assert "env:GH_TOKEN_FOR_TESTS" in page  # references are shown, never values
+    assert "env:PAPERCLIP_SECRET_GH_TOKEN_FOR_TESTS" in page  # references are shown, never values
     assert "Replay" not in page  # a viewer has no action buttons
     assert 'hx-trigger="every 5s"' in page
 
@@ -408,7 +417,7 @@ def test_export_carries_references_only_and_import_round_trips_idempotently(db, 
     source = CompanyFactory(issue_prefix="SRC")
     linus = AgentFactory(company=source, name="Linus")
     instance = instance_create(actor=SYSTEM, company=source, name="GitHub", provider_key="github_issues",
-                               credentials={"value": "ghp_super_secret_value"}, webhook_secret="env:GH_HOOK",
+                               credentials={"value": "ghp_super_secret_value"}, webhook_secret="env:PAPERCLIP_SECRET_GH_HOOK",
                                containers=["demo/app"], triage_agent_id=linus.pk,
                                state_mapping={"open": "active", "closed": "terminal"},
                                routing_aliases={"eng": str(linus.pk)},
@@ -419,14 +428,14 @@ def test_export_carries_references_only_and_import_round_trips_idempotently(db, 
     text_doc = json.dumps(document)
     assert "ghp_super_secret_value" not in text_doc
     assert document["connector"]["credentials"].startswith("secret:")
-    assert document["connector"]["webhookSecret"] == "env:GH_HOOK"
+    assert document["connector"]["webhookSecret"] == "env:PAPERCLIP_SECRET_GH_HOOK"
     assert document["connector"]["triageAgent"] == "Linus"
     assert document["connector"]["routingRules"][0] == {"order": 0, "kind": "label", "match": {"label": "backend"},
                                                         "agent": "Linus", "routingAlias": "", "enabled": True}
 
     target = CompanyFactory(issue_prefix="DST")
     AgentFactory(company=target, name="linus")  # names match case-insensitively
-    document["connector"]["credentials"] = "env:GH_TOKEN"  # a stored secret of SRC means nothing in DST
+    document["connector"]["credentials"] = "env:PAPERCLIP_SECRET_GH_TOKEN"  # a stored secret of SRC means nothing in DST
     path = tmp_path / "github.json"
     path.write_text(json.dumps(document))
     out = StringIO()
@@ -434,7 +443,7 @@ def test_export_carries_references_only_and_import_round_trips_idempotently(db, 
     first = json.loads(out.getvalue())
     assert first["outcome"] == "created"
     created = ConnectorInstance.objects.get(pk=first["id"])
-    assert created.company == target and created.credentials_ref == "env:GH_TOKEN"
+    assert created.company == target and created.credentials_ref == "env:PAPERCLIP_SECRET_GH_TOKEN"
     assert created.triage_agent.name == "linus"
     assert RoutingRule.objects.filter(instance=created).count() == 2
     out = StringIO()
@@ -521,8 +530,8 @@ def test_seed_demo_is_idempotent_and_builds_the_connector_demo(db, tmp_path):
     case = Case.objects.get(company=company, title="Checkout fails on Safari")
     assert case.current_workflow.name == "Bug triage"
     instance = ConnectorInstance.objects.get(company=company)
-    assert (instance.credentials_ref, instance.webhook_secret_ref) == ("env:GITHUB_SANDBOX_TOKEN",
-                                                                       "env:GITHUB_SANDBOX_WEBHOOK_SECRET")
+    assert (instance.credentials_ref, instance.webhook_secret_ref) == ("env:PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN",
+                                                                       "env:PAPERCLIP_SECRET_GITHUB_SANDBOX_WEBHOOK_SECRET")
     assert instance.base_url == "http://127.0.0.1:9" and instance.containers == ["demo/app"]
     assert not instance.config  # nothing secret (nor anything else) inline
     rule = RoutingRule.objects.get(instance=instance)
@@ -543,8 +552,8 @@ def test_demo_sandbox_delivers_an_issue_that_is_imported_and_routed_to_the_examp
     from issues.models import HeartbeatRun, Issue
 
     settings.CONNECTORS = {**settings.CONNECTORS, "PUBLIC_BASE_URL": live_server.url}
-    monkeypatch.setenv("GITHUB_SANDBOX_TOKEN", "demo-token-for-tests")
-    monkeypatch.setenv("GITHUB_SANDBOX_WEBHOOK_SECRET", "demo-secret-for-tests")
+    monkeypatch.setenv("PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN", "demo-token-for-tests")
+    monkeypatch.setenv("PAPERCLIP_SECRET_GITHUB_SANDBOX_WEBHOOK_SECRET", "demo-secret-for-tests")
     port = _free_port()
     call_command("seed_demo", "--repo-dir", str(tmp_path / "repo"), "--sandbox-url", f"http://127.0.0.1:{port}",
                  stdout=StringIO())
@@ -568,8 +577,8 @@ def test_demo_sandbox_delivers_an_issue_that_is_imported_and_routed_to_the_examp
 def test_demo_sandbox_refuses_to_start_without_its_secrets(db, monkeypatch):
     from django.core.management import CommandError, call_command
 
-    monkeypatch.delenv("GITHUB_SANDBOX_TOKEN", raising=False)
-    with pytest.raises(CommandError, match="GITHUB_SANDBOX_TOKEN"):
+    monkeypatch.delenv("PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN", raising=False)
+    with pytest.raises(CommandError, match="PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN"):
         call_command("demo_sandbox", "--once")
 
 
@@ -594,8 +603,8 @@ def test_make_run_demo_walk_end_to_end(tmp_path):
            "PAPERCLIP_PUBLIC_URL": f"http://127.0.0.1:{web}", "PAPERCLIP_API_URL": f"http://127.0.0.1:{web}/api",
            "PAPERCLIP_DEMO_GITHUB_URL": f"http://127.0.0.1:{sandbox_port}",
            "PAPERCLIP_DEMO_GITHUB_PORT": str(sandbox_port), "PAPERCLIP_DEMO_REPO": str(tmp_path / "repo"),
-           "PAPERCLIP_WORKSPACE_ROOT": str(tmp_path / "workspaces"), "GITHUB_SANDBOX_TOKEN": token,
-           "GITHUB_SANDBOX_WEBHOOK_SECRET": secrets.token_urlsafe(16)}
+           "PAPERCLIP_WORKSPACE_ROOT": str(tmp_path / "workspaces"), "PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN": token,
+           "PAPERCLIP_SECRET_GITHUB_SANDBOX_WEBHOOK_SECRET": secrets.token_urlsafe(16)}
     for key in ("CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"):
         env.pop(key, None)
     manage = [sys.executable, str(root / "manage.py")]

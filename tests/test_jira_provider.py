@@ -533,10 +533,10 @@ def jira_instance(company, monkeypatch):
     from connectors.services.instances import instance_create
     from issues.actors import SYSTEM
 
-    monkeypatch.setenv("JIRA_FIXTURE_HOOK_SECRET", SECRET)
+    monkeypatch.setenv("PAPERCLIP_SECRET_JIRA_FIXTURE_HOOK_SECRET", SECRET)
     return instance_create(actor=SYSTEM, company=company, name="jira-fixtures", provider_key="jira",
                            base_url="https://example.atlassian.invalid", containers=list(FIXTURE_PROJECTS),
-                           state_mapping=DEFAULT_STATE_MAPPING, webhook_secret="env:JIRA_FIXTURE_HOOK_SECRET")
+                           state_mapping=DEFAULT_STATE_MAPPING, webhook_secret="env:PAPERCLIP_SECRET_JIRA_FIXTURE_HOOK_SECRET")
 
 
 def _post(instance, body: bytes, *, secret=SECRET, identifier=None, retry="0"):

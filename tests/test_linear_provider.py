@@ -523,10 +523,10 @@ def linear_instance(company, monkeypatch):
     from connectors.services.instances import instance_create
     from issues.actors import SYSTEM
 
-    monkeypatch.setenv("LINEAR_FIXTURE_HOOK_SECRET", SECRET)
+    monkeypatch.setenv("PAPERCLIP_SECRET_LINEAR_FIXTURE_HOOK_SECRET", SECRET)
     return instance_create(actor=SYSTEM, company=company, name="linear-fixtures", provider_key="linear",
                            containers=list(FIXTURE_TEAMS), state_mapping=DEFAULT_STATE_MAPPING,
-                           webhook_secret="env:LINEAR_FIXTURE_HOOK_SECRET")
+                           webhook_secret="env:PAPERCLIP_SECRET_LINEAR_FIXTURE_HOOK_SECRET")
 
 
 def _post(instance, body: bytes, *, secret=SECRET, delivery=None):

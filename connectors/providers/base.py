@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Mapping
 
+from paperclip.core.outbound_http import url_refusal
+
 
 class StateCategory:
     BACKLOG = "backlog"
@@ -29,8 +31,9 @@ class ErrorCategory:
     PROVIDER_PAYLOAD = "provider_payload"
     CURSOR_INVALID = "cursor_invalid"
     WEBHOOK_SIGNATURE = "webhook_signature"
+    CONFIG = "config"  # the instance's configuration refuses the request (e.g. a non-public baseUrl)
     ALL = (PROVIDER_AUTH, PROVIDER_RATE_LIMITED, PROVIDER_REQUEST, PROVIDER_STATUS, PROVIDER_PAYLOAD,
-           CURSOR_INVALID, WEBHOOK_SIGNATURE)
+           CURSOR_INVALID, WEBHOOK_SIGNATURE, CONFIG)
 
 
 class ProviderError(Exception):
@@ -220,6 +223,13 @@ class TaskSourceAdapter:
 
     def __init__(self, config: AdapterConfig):
         self.config = config
+
+    @classmethod
+    def base_url_refusal(cls, url: str) -> str | None:
+        """Why ``url`` cannot be this provider's base URL, or None. Requests carry the instance's
+        credentials, so the URL must pass the server's outbound guard (https, a public address
+        unless the operator allowed it)."""
+        return url_refusal(url)
 
     # --- §5.1 required -----------------------------------------------------------------------
     def list_candidate_tasks(self, scope: str, cursor: str | None) -> Page:

@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import httpx
 
+from paperclip.core.outbound_http import OutboundRefused, guarded_client
+
 from .base import (
     AdapterConfig,
     ErrorCategory,
@@ -91,8 +93,7 @@ class HttpClientMixin:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            self._client = httpx.Client(headers=self._client_headers(), timeout=self.config.timeout,
-                                        follow_redirects=False)
+            self._client = guarded_client(headers=self._client_headers(), timeout=self.config.timeout)
         return self._client
 
     def close(self) -> None:
@@ -104,6 +105,8 @@ class HttpClientMixin:
         """Send; transport failures (connect, timeout, protocol) become ``provider_request``."""
         try:
             return self.client.request(method, url, **kwargs)
+        except OutboundRefused as exc:
+            raise ProviderError(ErrorCategory.CONFIG, f"{what} refused: {exc}") from exc
         except httpx.HTTPError as exc:
             raise ProviderError(ErrorCategory.PROVIDER_REQUEST, f"{what} failed: {exc}") from exc
 

@@ -63,9 +63,10 @@ def adapter_for(instance: ConnectorInstance, *, with_credentials: bool = True,
         base_url=instance.base_url or getattr(cls, "default_base_url", ""),
         containers=tuple(instance.containers or ()),
         state_mapping=instance.state_mapping or {},
-        credentials=secrets.resolve(instance.credentials_ref, company_id=instance.company_id) if with_credentials else None,
-        webhook_secret=(secrets.resolve(instance.webhook_secret_ref, company_id=instance.company_id)
-                        if with_webhook_secret else None),
+        credentials=(secrets.resolve(instance.credentials_ref, company_id=instance.company_id, field="credentials")
+                     if with_credentials else None),
+        webhook_secret=(secrets.resolve(instance.webhook_secret_ref, company_id=instance.company_id,
+                                        field="webhookSecret") if with_webhook_secret else None),
         service_account_id=instance.service_account_id or None,
     )
     return cls(config)
@@ -117,9 +118,14 @@ def retry_backoff(attempts: int, retry_after: float | None) -> timedelta:
 
 
 def failure_of(exc: Exception) -> tuple[str, str]:
-    """(error category, message) of a failed apply or write: a provider's own category, else apply_failed."""
-    category = exc.category if isinstance(exc, ProviderError) and exc.category in ErrorCategory.values \
-        else ErrorCategory.APPLY_FAILED
+    """(error category, message) of a failed apply or write: a provider's own category, ``config`` for
+    a secret reference that does not resolve (refused or unset), else apply_failed."""
+    if isinstance(exc, ProviderError) and exc.category in ErrorCategory.values:
+        category = exc.category
+    elif isinstance(exc, secrets.SecretUnavailable):
+        category = ErrorCategory.CONFIG
+    else:
+        category = ErrorCategory.APPLY_FAILED
     return category, f"{type(exc).__name__}: {exc}"[:2000]
 
 

@@ -48,6 +48,11 @@ def _validate(company: Company, data: dict, provider_key: str) -> dict:
                         ("command_policy", CommandPolicy)):
         if field in data and data[field] not in enum.values:
             errors[field] = [f"Must be one of {', '.join(enum.values)}."]
+    if data.get("base_url") and provider_known(provider_key):
+        refusal = (adapter_class(provider_key).base_url_refusal(data["base_url"]) if isinstance(data["base_url"], str)
+                   else "Must be an https:// URL.")
+        if refusal:
+            errors["baseUrl"] = [refusal]
     if "containers" in data and (not isinstance(data["containers"], list)
                                  or not all(isinstance(c, str) and c.strip() for c in data["containers"])):
         errors["containers"] = ["A list of container names."]

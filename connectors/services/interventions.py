@@ -22,7 +22,7 @@ from connectors.providers.base import EventKind, ExternalTaskRef, ProviderError,
 from issues.actors import Actor
 from issues.choices import MemberRole
 from issues.exceptions import Conflict as ConflictError
-from issues.exceptions import Forbidden, InvalidInput, Unprocessable
+from issues.exceptions import Forbidden, InvalidInput, NotFound, Unprocessable
 from issues.services.activity import activity_record
 
 from .common import adapter_for, link_set_status, sync_error_record
@@ -156,19 +156,28 @@ def credentials_rotate(*, actor: Actor, instance: ConnectorInstance, idempotency
 
 
 def secret_input(value, *, company, name: str, field: str) -> str:
-    """An API/CLI secret value -> a reference. Strings must already be references."""
+    """An API/CLI secret value -> a reference that resolves for ``company`` now. Strings must already
+    be references; an ``env:`` name outside the server's allow-list or unset is a 400 naming the
+    field, another company's stored secret a 404 (as if it did not exist)."""
     if isinstance(value, dict):
         plain = value.get("value")
         if not isinstance(plain, str) or not plain or set(value) != {"value"}:
             raise InvalidInput(details={field: ["Use 'env:NAME' or {\"value\": \"…\"} (stored encrypted)."]})
         return secrets.secret_store(company=company, name=name, value=plain)
-    if isinstance(value, str) and (value == "" or secrets.ENV_REF.match(value)):
+    if value == "":
+        return value
+    if isinstance(value, str) and secrets.ENV_REF.match(value):
+        try:
+            secrets.resolve(value, company_id=company.pk, field=field)
+        except secrets.SecretUnavailable as exc:
+            raise InvalidInput(details={field: [exc.message]}) from None
         return value
     if isinstance(value, str) and secrets.STORED_REF.match(value):
         from connectors.models import ConnectorSecret
 
         if ConnectorSecret.objects.filter(pk=value.split(":", 1)[1], company=company).exists():
             return value
+        raise NotFound("No such stored secret.", details={field: ["No such stored secret in this company."]})
     raise InvalidInput(details={field: ["Must be a secret reference ('env:NAME') or {\"value\": \"…\"}; "
                                         "inline secrets are never stored in configuration."]})
 

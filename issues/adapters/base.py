@@ -23,7 +23,6 @@ the run's log with ``run_append_event``.
 from __future__ import annotations
 
 import abc
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -32,6 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from issues.choices import TERMINAL_RUN_STATUSES, RunLiveness
+from paperclip.core.secret_refs import SecretMissing, SecretRefused, env_ref_refusal, env_ref_resolve
 
 REDACTED = "[redacted]"
 # Values shorter than this are not treated as secrets (redacting "1" would wreck every log line).
@@ -131,15 +131,21 @@ def run_keys_revoke(run) -> int:
     return AgentApiKey.objects.filter(run=run, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
+def secret_ref_check(ref, where: str) -> None:
+    """Write-time rule for an adapter's ``env:NAME`` reference: well-formed and admitted by the
+    server's secret allow-list (paperclip.core.secret_refs)."""
+    refusal = env_ref_refusal(ref) if isinstance(ref, str) else "A reference must look like 'env:NAME'."
+    if refusal:
+        raise AdapterConfigError(f"{where}: {refusal}")
+
+
 def resolve_secret_ref(ref: str) -> str:
-    """``env:NAME`` -> os.environ[NAME]. Other schemes are not supported here."""
-    if not isinstance(ref, str) or not ref.startswith("env:") or not ref[4:]:
-        raise AdapterConfigError(f"secret_ref must look like 'env:NAME', got {ref!r}")
-    name = ref[4:]
+    """``env:NAME`` -> its value, when the allow-list admits NAME (checked again here: a config
+    written before the rule existed is refused too). Other schemes are not supported here."""
     try:
-        return os.environ[name]
-    except KeyError:
-        raise AdapterConfigError(f"secret_ref {ref!r}: environment variable {name} is not set") from None
+        return env_ref_resolve(ref)
+    except (SecretRefused, SecretMissing) as exc:
+        raise AdapterConfigError(f"secret_ref {ref!r}: {exc}") from None
 
 
 def redact(text: str, secrets) -> str:

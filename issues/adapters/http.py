@@ -2,14 +2,15 @@
 
 adapter_config::
 
-    {"url": "https://agents.example.com/wake", "secret_ref": "env:AGENT_WAKE_SECRET", "timeout_seconds": 10}
+    {"url": "https://agents.example.com/wake", "secret_ref": "env:PAPERCLIP_SECRET_AGENT_WAKE_SECRET", "timeout_seconds": 10}
 
 The host POSTs a JSON wake payload (run, agent, company, issue, wake reason, comment ids, the
 API url and a run-scoped API key) with ``X-Paperclip-Signature: sha256=<hex HMAC-SHA256 of the
 raw body>`` keyed by the secret ``secret_ref`` names. Inline secrets are refused. A 2xx answer
 means "accepted": ``execute`` returns None and the agent reports through the REST API. Anything
 else (non-2xx, timeout, connection error) is a failed result. Redirects are not followed, so the
-key is only ever sent to the configured URL.
+key is only ever sent to the configured URL; the URL must pass the outbound guard
+(paperclip.core.outbound_http: https, public addresses unless allowed).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import httpx
 from django.utils import timezone
 
 from issues.choices import AdapterType, RunEventKind, RunStatus
+from paperclip.core.outbound_http import OutboundRefused, guarded_client, url_refusal
 
 from .base import (
     Adapter,
@@ -30,6 +32,7 @@ from .base import (
     log_event,
     redact,
     resolve_secret_ref,
+    secret_ref_check,
     run_stop_state,
 )
 
@@ -67,15 +70,16 @@ class HttpAdapter(Adapter):
     adapter_type = AdapterType.HTTP
     needs_run_key = True
 
-    def validate_config(self, config: dict) -> None:
+    def validate_config(self, config: dict, *, resolve: bool = True) -> None:
         if "secret" in config:
             raise AdapterConfigError("inline secrets are not allowed: remove 'secret' and set secret_ref to 'env:NAME'")
         url = config.get("url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise AdapterConfigError("adapter_config.url must be an http(s) URL")
-        ref = config.get("secret_ref")
-        if not isinstance(ref, str) or not ref.startswith("env:") or not ref[4:]:
-            raise AdapterConfigError("adapter_config.secret_ref must look like 'env:NAME'")
+        if not isinstance(url, str):
+            raise AdapterConfigError("adapter_config.url must be an https URL")
+        refusal = url_refusal(url, resolve=resolve)
+        if refusal:
+            raise AdapterConfigError(f"adapter_config.url: {refusal}")
+        secret_ref_check(config.get("secret_ref"), "adapter_config.secret_ref")
         timeout = config.get("timeout_seconds", DEFAULT_TIMEOUT)
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise AdapterConfigError("adapter_config.timeout_seconds must be a positive number")
@@ -89,7 +93,7 @@ class HttpAdapter(Adapter):
 
         config = ctx.config
         try:
-            self.validate_config(config)
+            self.validate_config(config, resolve=False)  # the connection itself checks the address
             secret = resolve_secret_ref(config["secret_ref"])
         except AdapterConfigError as exc:
             log_event(ctx, RunEventKind.SYSTEM, f"adapter config: {exc}")
@@ -105,8 +109,12 @@ class HttpAdapter(Adapter):
         url = config["url"]
         run_mark_running(run=ctx.run, owner=ctx.owner, pid=None)
         try:
-            response = httpx.post(url, content=body, headers=headers, follow_redirects=False,
-                                  timeout=float(config.get("timeout_seconds", DEFAULT_TIMEOUT)))
+            with guarded_client(timeout=float(config.get("timeout_seconds", DEFAULT_TIMEOUT))) as client:
+                response = client.post(url, content=body, headers=headers)
+        except OutboundRefused as exc:
+            error = f"wake delivery to {url} refused: {exc}"
+            log_event(ctx, RunEventKind.SYSTEM, error, secrets)
+            return AdapterResult(status=RunStatus.FAILED, error=redact(error, secrets))
         except httpx.HTTPError as exc:
             error = f"wake delivery to {url} failed: {type(exc).__name__}: {exc}"
             log_event(ctx, RunEventKind.SYSTEM, error, secrets)

@@ -5,7 +5,7 @@ adapter_config::
     {
       "command": ["python", "agent.py"],          # argv list; never a string, never a shell
       "env": {"MODEL": "x",                        # literal values (names like *KEY*/*TOKEN* are redacted)
-              "OPENAI_API_KEY": {"secret_ref": "env:OPENAI_API_KEY"}},   # resolved from the host env
+              "OPENAI_API_KEY": {"secret_ref": "env:PAPERCLIP_SECRET_OPENAI_API_KEY"}},   # from the host env (allow-listed)
       "grace_seconds": 5                           # SIGTERM -> SIGKILL delay when stopping
     }
 
@@ -42,6 +42,7 @@ from .base import (
     log_event,
     redact,
     resolve_secret_ref,
+    secret_ref_check,
     run_stop_state,
 )
 
@@ -157,9 +158,7 @@ class ProcessAdapter(Adapter):
             if isinstance(value, dict):
                 if set(value) != {"secret_ref"}:
                     raise AdapterConfigError(f"adapter_config.env.{name}: an object must be {{\"secret_ref\": \"env:NAME\"}}")
-                ref = value["secret_ref"]
-                if not isinstance(ref, str) or not ref.startswith("env:") or not ref[4:]:
-                    raise AdapterConfigError(f"adapter_config.env.{name}: secret_ref must look like 'env:NAME'")
+                secret_ref_check(value["secret_ref"], f"adapter_config.env.{name}.secret_ref")
             elif not isinstance(value, (str, int, float, bool)):
                 raise AdapterConfigError(f"adapter_config.env.{name}: must be a string or a secret_ref")
         grace = config.get("grace_seconds", self.default_grace)

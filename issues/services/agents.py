@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from issues.actors import Actor
+from issues.adapters import AdapterConfigError, get_adapter
 from issues.choices import AdapterType, AgentStatus
 from issues.exceptions import Conflict, InvalidInput
 from issues.models import Agent
@@ -49,13 +50,23 @@ def agent_resume(*, actor: Actor, agent: Agent) -> Agent:
     return agent
 
 
-def agent_adapter_update(*, actor: Actor, agent: Agent, adapter_type: str, adapter_config: dict) -> Agent:
-    """Replace the adapter type and its configuration (a JSON object)."""
+def adapter_config_validate(adapter_type: str, adapter_config) -> None:
+    """The adapter's own rules for its configuration, at write time: secret references inside the
+    server's allow-list, an http wake URL that the outbound guard accepts, a usable command."""
     if adapter_type not in AdapterType.values:
         raise InvalidInput(details={"adapterType": [f"'{adapter_type}' is not one of {', '.join(AdapterType.values)}."]})
     if not isinstance(adapter_config, dict):
         raise InvalidInput(details={"adapterConfig": ["Must be a JSON object."]})
+    try:
+        get_adapter(adapter_type).validate_config(adapter_config)
+    except AdapterConfigError as exc:
+        raise InvalidInput(details={"adapterConfig": [str(exc)]}) from None
+
+
+def agent_adapter_update(*, actor: Actor, agent: Agent, adapter_type: str, adapter_config: dict) -> Agent:
+    """Replace the adapter type and its configuration (a JSON object)."""
     actor.ensure_can_write(agent.company_id)
+    adapter_config_validate(adapter_type, adapter_config)
     with transaction.atomic():
         agent = _locked(agent)
         changes = sorted(name for name, value in (("adapter_type", adapter_type), ("adapter_config", adapter_config))

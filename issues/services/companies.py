@@ -7,6 +7,7 @@ from issues.models import Agent, AgentApiKey, Company, Membership
 from issues.models.agent import hash_key
 
 from .activity import activity_record
+from .agents import adapter_config_validate
 
 
 def company_create(*, name: str, issue_prefix: str, enable_cases: bool = False, actor: Actor = SYSTEM) -> Company:
@@ -33,6 +34,7 @@ def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, 
                  runtime_config=None, budget_monthly_cents: int = 0, actor: Actor = SYSTEM) -> Agent:
     if role not in AgentRole.values:
         raise InvalidInput(details={"role": [f"'{role}' is not one of {', '.join(AgentRole.values)}."]})
+    adapter_config_validate(adapter_type, adapter_config or {})
     try:
         with transaction.atomic():
             agent = Agent.objects.create(

@@ -16,12 +16,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def linked():
+def linked(monkeypatch):
+    for name in ("PAPERCLIP_SECRET_GH_TOKEN_BROWSER", "PAPERCLIP_SECRET_GH_SECRET_BROWSER"):
+        monkeypatch.setenv(name, "exported-by-the-deployment")  # references must resolve when created
     company = CompanyFactory(name="Acme Robotics")
     owner = MembershipFactory(company=company, role="owner").user
     agent = AgentFactory(company=company, name="Linus")
     instance = instance_create(actor=SYSTEM, company=company, name="GitHub", provider_key="github_issues",
-                               credentials="env:GH_TOKEN_BROWSER", webhook_secret="env:GH_SECRET_BROWSER",
+                               credentials="env:PAPERCLIP_SECRET_GH_TOKEN_BROWSER", webhook_secret="env:PAPERCLIP_SECRET_GH_SECRET_BROWSER",
                                containers=["acme/site"])
     issue = IssueFactory(company=company, title="Rewrite the onboarding guide", assignee_agent=agent)
     link = TaskLink.objects.create(

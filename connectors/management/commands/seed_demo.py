@@ -29,8 +29,8 @@ CONNECTOR_NAME = "GitHub sandbox"
 # example agent's in_review is projected back to the tracker as that label.
 DEMO_STATE_MAPPING = {"open": "active", "closed": "terminal", "labels": {"in review": "review"}}
 SANDBOX_REPO = "demo/app"
-TOKEN_REF = "env:GITHUB_SANDBOX_TOKEN"
-WEBHOOK_SECRET_REF = "env:GITHUB_SANDBOX_WEBHOOK_SECRET"
+TOKEN_REF = "env:PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN"
+WEBHOOK_SECRET_REF = "env:PAPERCLIP_SECRET_GITHUB_SANDBOX_WEBHOOK_SECRET"
 # Issue #1 of the sandbox (opened quietly when it starts, see connectors.management.commands.demo_sandbox):
 # linked here with one open title conflict for the operator to resolve.
 CONFLICT_TASK = {"number": 1, "id": "2000000001", "base": "Update the onboarding guide",
