@@ -70,6 +70,13 @@ def event_list(*, instance, params):
     return _filtered(InboundEventFilterSet, qs, params)
 
 
+def webhook_verification(instance: ConnectorInstance) -> str:
+    """How the instance's deliveries are verified (§5.1.5, §14.2): ``signature`` with a webhook secret,
+    ``unverified`` without one (Jira deliveries are then hints whose effects come only from reading the
+    task back through the API; GitHub and Linear refuse unsigned deliveries)."""
+    return "signature" if instance.webhook_secret_ref else "unverified"
+
+
 def instance_health(instance: ConnectorInstance) -> dict:
     """§4.1.8 ConnectorHealth plus the §12.2 surface."""
     now = timezone.now()
@@ -114,6 +121,7 @@ def instance_health(instance: ConnectorInstance) -> dict:
         "lastPollAt": instance.last_poll_at,
         "lastReconcileAt": instance.last_reconcile_at,
         "webhookVerified": instance.webhook_verified,
+        "webhookVerification": webhook_verification(instance),
         "webhookRejectedCount": instance.webhook_rejected_count,
         "lastWebhookRejectedAt": instance.last_webhook_rejected_at,
         "lastWebhookRejectedReason": instance.last_webhook_rejected_reason,

@@ -59,7 +59,8 @@ Webhooks
 --------
 When the instance has a webhook secret, ``X-Hub-Signature: sha256=<hex HMAC-SHA256>`` is required and
 compared in constant time before parsing. Without a secret the delivery is accepted as an *untrusted
-hint* (``trusted_content=False``: the engine reads the issue back). ``event_id`` is
+hint* (``trusted_content=False``: the engine applies only what it reads back through this adapter's
+``get_task`` / ``list_comments``, never the delivered body). ``event_id`` is
 ``X-Atlassian-Webhook-Identifier`` (stable across retries), else ``sha256:<content hash>``.
 ``jira:issue_created``/``jira:issue_updated`` -> TASK_UPSERTED, ``jira:issue_deleted`` -> TASK_DELETED,
 ``comment_created``/``comment_updated`` -> COMMENT_UPSERTED, ``comment_deleted`` -> COMMENT_DELETED,

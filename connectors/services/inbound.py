@@ -37,7 +37,7 @@ from issues.services.activity import activity_record
 from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 
-from . import codec, commands as command_service, content, links, routing, symphony
+from . import codec, commands as command_service, content, field_merge, links, readback, routing, symphony
 from .common import (
     adapter_for,
     conf,
@@ -202,6 +202,14 @@ def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
         return dropped(f"nothing to do for {verified.action or 'this event'}")
     if not container_allowed(instance, verified.container_id):
         return dropped(f"payload for another container ({verified.container_id})")
+    if not verified.trusted_content:
+        # §5.1.5 / §14.2: an unverifiable delivery is a hint; its effects come from the API only.
+        result = _read_back(instance, event, verified)
+        if result.event is None:
+            return dropped(f"unverified delivery not confirmed by read-back: {result.note}")
+        verified = result.event
+        if not container_allowed(instance, verified.container_id):
+            return dropped(f"read-back: task in another container ({verified.container_id})")
     if verified.kind == EventKind.TASK_UPSERTED:
         return _task_upserted(instance, verified, key)
     if verified.kind == EventKind.TASK_DELETED:
@@ -219,17 +227,25 @@ def active_link(instance, external_task_id: str) -> TaskLink | None:
             .filter(instance=instance, external_task_id=external_task_id).exclude(status=LinkStatus.UNLINKED).first())
 
 
-def _read_back(instance, verified: VerifiedEvent) -> ExternalTask:
-    """Untrusted payloads (unsigned providers) are confirmed by an API read (§5.1.5)."""
-    ref = ExternalTaskRef(external_id=verified.external_task_id,
-                          external_key=verified.task.external_key if verified.task else None)
-    return adapter_for(instance).get_task(ref)
+def _read_back(instance, event: InboundEvent, verified: VerifiedEvent) -> readback.ReadBack:
+    """The event as the provider's API confirms it (or none), recorded on the event row (rolled back
+    with the apply when it fails). Provider errors propagate: the event is retried, then parked."""
+    known_key = (TaskLink.objects.filter(instance=instance, external_task_id=verified.external_task_id or "")
+                 .exclude(status=LinkStatus.UNLINKED).values_list("external_key", flat=True).first())
+    result = readback.confirm(adapter_for(instance), verified, external_key=known_key or None)
+    event.payload = {**event.payload, "readBack": {"at": timezone.now().isoformat(), "confirmed": result.confirmed,
+                                                   "note": result.note[:300]}}
+    if result.confirmed:
+        event.verified, event.verification = True, "read-back"
+    InboundEvent.objects.filter(pk=event.pk).update(payload=event.payload, verified=event.verified,
+                                                    verification=event.verification)
+    return result
 
 
 def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     task = verified.task
-    if task is None or not verified.trusted_content:
-        task = _read_back(instance, verified)
+    if task is None:  # a sparse (signed) payload names the task only
+        task = adapter_for(instance).get_task(ExternalTaskRef(external_id=verified.external_task_id))
     link = active_link(instance, task.external_id)
     if link is None:
         if _unlinked(instance, task.external_id):
@@ -359,8 +375,8 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
 
     held = set()  # fields in conflict: their base stays where it was until the conflict is resolved
     if not observer:
-        held = _fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, actor_text)
-    pending = _paperclip_pending(issue, task, ext, base_pc, changes)
+        held = field_merge.fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, actor_text)
+    pending = field_merge.paperclip_pending(issue, task, ext, base_pc, changes)
     issue_before = issue.pk
 
     previous_category = link.external_state_category or base_ext.get("category")
@@ -392,7 +408,8 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
     link.last_inbound_at = timezone.now()
     if issue.pk != issue_before:
         pending = set()  # retargeted to a follow-up: its base starts from its own values
-    link.base_snapshot = _base_advance(ext, links.paperclip_snapshot(issue), base_ext, base_pc, held, pending)
+    link.base_snapshot = field_merge.base_advance(ext, links.paperclip_snapshot(issue), base_ext, base_pc, held,
+                                                  pending)
     link.save(update_fields=["external_title", "external_key", "external_url", "external_state_name",
                              "external_state_category", "external_updated_at", "last_external_revision", "envelope",
                              "last_inbound_at", "base_snapshot", "issue", "routing", "handoff_history", "updated_at"])
@@ -406,74 +423,6 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
     link_first_sync_ok(link, key)
     what = ", ".join(sorted(changes)) or "no field change"
     return applied(f"{issue.identifier}: {what}" + (" (observer)" if observer else ""))
-
-
-# §11.1 synced fields: (external snapshot key, issue attribute or None when Paperclip has no such field).
-# state goes through the §7.4 category rules below; assignee through routing.
-SYNCED_FIELDS = (("title", "title"), ("description", "description"), ("priority", "priority"),
-                 ("labels", None), ("dueAt", None))
-
-
-def _fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, actor_text) -> set:
-    """Three-way per field between the base, the tracker and the issue. Changed on the tracker only
-    -> applied when the tracker may change it (owner external/shared), a policy conflict otherwise;
-    changed on both sides to different values -> one field conflict (re-deliveries find the open
-    entry and refresh its values). Returns the fields whose base must not advance."""
-    from connectors.choices import ConflictStatus
-    from connectors.models import Conflict
-
-    held = set()
-    policy = link.field_policy or {}
-    for field, attr in SYNCED_FIELDS:
-        if ext.get(field) == base_ext.get(field):
-            continue  # unchanged on the tracker (Paperclip-side changes leave through the outbound engine)
-        owner = policy.get(field, "external")
-        incoming = links.issue_priority(task) if field == "priority" else ext.get(field)
-        current = getattr(issue, attr) if attr else None
-        paperclip_changed = attr is not None and current != base_pc.get(attr, current)
-        if owner == "paperclip":
-            kind, detail = ConflictKind.POLICY, f"external change to paperclip-owned {field}"
-        elif paperclip_changed and current != incoming:
-            kind, detail = ConflictKind.FIELD, f"{field} changed on both sides"
-        else:
-            if attr and incoming is not None and incoming != current:
-                changes[attr] = incoming
-            continue
-        held.add(field)
-        conflict, created = links.conflict_open(link=link, kind=kind, field=field, key=key, detail=detail,
-                                                base=base_ext.get(field), external=ext.get(field), paperclip=current,
-                                                actors={"external": actor_text})
-        if not created and (conflict.external_value != ext.get(field) or conflict.paperclip_value != current):
-            Conflict.objects.filter(pk=conflict.pk, status=ConflictStatus.OPEN).update(
-                external_value=ext.get(field), paperclip_value=current)
-    return held
-
-
-def _paperclip_pending(issue, task, ext: dict, base_pc: dict, changes: dict) -> set:
-    """Fields edited in Paperclip since the base that the tracker has not caught up with (not applied
-    from the tracker now, not equal to its value): their Paperclip base must not move, or an unrelated
-    tracker event would absorb the edit and a later tracker change would overwrite it silently."""
-    pending = set()
-    for field, attr in SYNCED_FIELDS:
-        if attr is None or attr in changes:
-            continue
-        current = getattr(issue, attr)
-        incoming = links.issue_priority(task) if field == "priority" else ext.get(field)
-        if current != base_pc.get(attr, current) and current != incoming:
-            pending.add(field)
-    return pending
-
-
-def _base_advance(ext: dict, pc: dict, base_ext: dict, base_pc: dict, held: set, pending: set = frozenset()) -> dict:
-    """The new base: both sides' current values, except the fields held by an open conflict and the
-    Paperclip side of edits still waiting to reach the tracker."""
-    ext, pc = dict(ext), dict(pc)
-    for field, attr in SYNCED_FIELDS:
-        if field in held:
-            ext[field] = base_ext.get(field)
-        if attr and (field in held or field in pending):
-            pc[attr] = base_pc.get(attr, pc.get(attr))
-    return {"external": ext, "paperclip": pc}
 
 
 def _category_transition(instance, link, issue, previous, task, key, actor_text, changes) -> list[str]:
