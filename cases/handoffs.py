@@ -30,7 +30,8 @@ from issues.choices import LIVE_RUN_STATUSES, WRITE_ROLES, AgentStatus, IssueSta
 from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
 from issues.models import Agent, Company, Document, HeartbeatRun, Issue
 from issues.services.activity import activity_record
-from issues.services.issues import ensure_owning_run, issue_update
+from issues.services.fences import ensure_owning_run
+from issues.services.issues import issue_update
 from issues.services.lookups import company_object
 from issues.services.thread import comment_create, document_write
 from issues.services.wakeups import agent_wakeup
@@ -215,10 +216,10 @@ def _request(actor, company, case, run, target, to, workflow_id, phase, note, id
             raise Unprocessable("The case has no primary task to hand off.", code="no_primary_task")
         task = Issue.objects.select_for_update().get(pk=case.primary_task_id)
         if actor.is_agent:
+            ensure_owning_run(actor, task)  # the lock first (409), as for issue writes
             if task.assignee_agent_id != actor.agent.pk:
                 raise Forbidden("Agents hand off only their own work: the primary task is not assigned to you.",
                                 code="not_your_work", details={"assigneeAgentId": str(task.assignee_agent_id or "")})
-            ensure_owning_run(actor, task)
         if task.status == IssueStatus.CANCELLED:
             raise Unprocessable("The primary task is cancelled.", code="task_cancelled")
         if CaseHandoff.objects.filter(case=case, status__in=OPEN_HANDOFF_STATUSES).exists():
@@ -418,17 +419,18 @@ def handoff_apply_settled(*, task_ids=None, limit: int = 200) -> int:
 
 # --- retry / cancel -------------------------------------------------------------------------
 def _authorize_intervention(actor: Actor, handoff: CaseHandoff, task: Issue | None):
-    """Board writers, the requesting agent, or the agent that currently owns the task."""
+    """Board writers, the requesting agent, or the agent that currently owns the task; an agent
+    needs the run that holds the task's checkout while the task is in progress (409 first)."""
     actor.ensure_can_write(handoff.company_id)
     if not actor.is_agent:
         return None
     run = actor.require_live_run()
+    if task is not None:
+        ensure_owning_run(actor, task)  # ``task`` is locked by ``_lock``
     owns_task = task is not None and task.assignee_agent_id == actor.agent.pk
     if handoff.principal != principal_of(actor) and not owns_task:
         raise Forbidden("Only the requesting agent or the task's current owner may change this handoff.",
                         code="not_your_work")
-    if owns_task and handoff.source_run_id is None:
-        ensure_owning_run(actor, task)  # a closure intent without a source run needs fenced ownership
     return run
 
 

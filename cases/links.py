@@ -8,7 +8,8 @@
 * The issue must belong to the case's company (else the same 404 as a missing issue).
 * Every change records a ``CaseEvent`` and an activity entry, and bumps the case's
   ``updated_at`` (links are part of the case's read projection, so paged reads restart).
-* Agents need a live run, like every other case write.
+* Agents need a live run, like every other case write, and while the case's primary task is in
+  progress the run that holds its checkout (409 ``not_checkout_owner`` otherwise).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from issues.services.lookups import company_object
 
 from .choices import CaseEventKind, CaseLinkRole
 from .models import Case, CaseIssueLink
-from .services import authorize_write, case_event_record
+from .services import authorize_write, case_event_record, ensure_primary_task_run
 
 LINKABLE_ROLES = (CaseLinkRole.WORK, CaseLinkRole.REFERENCE)
 
@@ -38,6 +39,7 @@ def case_link_issue(*, actor: Actor, case: Case, issue_id, role: str) -> tuple[C
     try:
         with transaction.atomic():
             locked = Case.objects.select_for_update().defer("fields").get(pk=case.pk)
+            ensure_primary_task_run(actor, locked)
             existing = CaseIssueLink.objects.filter(case=locked, issue=issue).first()
             if existing is not None:
                 return _existing(existing, role), False
@@ -68,6 +70,7 @@ def case_unlink_issue(*, actor: Actor, case: Case, issue_id) -> None:
     run = authorize_write(actor, case.company_id)
     with transaction.atomic():
         locked = Case.objects.select_for_update().defer("fields").get(pk=case.pk)
+        ensure_primary_task_run(actor, locked)
         try:
             link = CaseIssueLink.objects.select_related("issue").get(case=locked, issue_id=issue_id)
         except (CaseIssueLink.DoesNotExist, ValidationError, ValueError, TypeError):

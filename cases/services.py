@@ -10,8 +10,9 @@ from django.db.models import Max
 from issues.actors import Actor
 from issues.choices import DocumentFormat, OriginKind
 from issues.exceptions import Conflict, InvalidInput
-from issues.models import Company, Project
+from issues.models import Company, Issue, Project
 from issues.services.activity import activity_record
+from issues.services.fences import ensure_owning_run
 from issues.services.issues import issue_create
 from issues.services.lookups import company_object
 from issues.services.thread import DOCUMENT_KEY, document_write
@@ -32,6 +33,16 @@ def authorize_write(actor: Actor, company_id):
     """Board writers, or an agent with a live run; returns the run (None for board users)."""
     actor.ensure_can_write(company_id)
     return actor.require_live_run() if actor.is_agent else None
+
+
+def ensure_primary_task_run(actor: Actor, case: Case):
+    """The issue-write fence for case writes: while the case's primary task is in progress, an agent
+    writes the case only from the run that holds the task's checkout (409 ``not_checkout_owner``
+    with the task's lock details). Call inside the transaction, after locking the case: it locks
+    the task row so a checkout cannot slip in between the check and the write."""
+    if not actor.is_agent or case.primary_task_id is None:
+        return
+    ensure_owning_run(actor, Issue.objects.select_for_update().get(pk=case.primary_task_id))
 
 
 def case_event_record(*, actor: Actor, case: Case, kind: str, details: dict | None = None, run=None) -> CaseEvent:
@@ -151,13 +162,15 @@ def _seed_errors(workflow_document_text, initial_documents) -> dict:
 
 
 def case_update(*, actor: Actor, case: Case, changes: dict) -> Case:
-    """Change title, summary, status, fields (whole object) and phase."""
+    """Change the facts: title, summary, fields (whole object). Agents need the primary task's
+    checkout run while the task is in progress."""
     unknown = set(changes) - set(CASE_UPDATE_FIELDS)
     if unknown:
         raise InvalidInput(details={name: ["This field cannot be changed here."] for name in sorted(unknown)})
     run = authorize_write(actor, case.company_id)
     with transaction.atomic():
         case = Case.objects.select_for_update().get(pk=case.pk)
+        ensure_primary_task_run(actor, case)
         diff = {}
         for name, value in changes.items():
             old = getattr(case, name)

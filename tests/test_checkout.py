@@ -194,9 +194,11 @@ def test_release_by_owning_run_clears_locks(agent_client, issue):
 def test_release_by_other_run_refused_unless_holder_is_stale(make_agent_client, company, issue):
     owner = make_agent_client(company=company)
     checkout(owner, issue, owner.agent)
-    other = make_agent_client(company=company)
+    holder = owner.run
+    # Another run of the assignee (release is the assignee's: another agent gets 403, see test_fences).
+    other = make_agent_client(owner.agent, company=company)
     assert other.post(f"/api/issues/{issue.pk}/release").status_code == 409
-    type(owner.run).objects.filter(pk=owner.run.pk).update(status=RunStatus.TIMED_OUT, finished_at=owner.run.created_at)
+    type(holder).objects.filter(pk=holder.pk).update(status=RunStatus.TIMED_OUT, finished_at=holder.created_at)
     assert other.post(f"/api/issues/{issue.pk}/release").status_code == 200
 
 

@@ -71,8 +71,9 @@ def build_company(prefix):
     run = RunFactory(agent=agent, status="running", started_at=timezone.now())
     project = ProjectFactory(company=company)
     goal = GoalFactory(company=company)
-    issue = IssueFactory(company=company, title=f"{prefix} first issue")  # PREFIX-1
-    issue2 = IssueFactory(company=company, title=f"{prefix} second issue")
+    # The agent's own work (it created them): agents change only their own issues (tests/test_fences.py).
+    issue = IssueFactory(company=company, title=f"{prefix} first issue", created_by_agent=agent)  # PREFIX-1
+    issue2 = IssueFactory(company=company, title=f"{prefix} second issue", created_by_agent=agent)
     wip = IssueFactory(company=company, title=f"{prefix} work in progress", status="in_progress",
                        assignee_agent=agent, checkout_run=run, execution_run=run,
                        execution_locked_at=timezone.now(), started_at=timezone.now())

@@ -70,6 +70,9 @@ def test_concurrent_writers_on_the_same_base_one_wins(company, board_user):
 
 
 def test_confirmation_bound_to_revision_and_answered_by_board(agent_client, board_client, issue):
+    # The agent asks about its own task (another agent's issue is not its to change: test_fences).
+    issue.assignee_agent = agent_client.agent
+    issue.save(update_fields=["assignee_agent"])
     put(board_client, issue, "plan", body="v1")
     created = agent_client.post(f"/api/issues/{issue.pk}/interactions",
                                 {"kind": "request_confirmation", "title": "Go?", "documentKey": "plan"}, format="json")

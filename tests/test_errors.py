@@ -105,7 +105,9 @@ def w(company, make_agent_client):
     """One company with an agent (key + live run), a second agent, issues, a document, an interaction."""
     me = make_agent_client(company=company)
     other = make_agent_client(company=company)
-    issue = IssueFactory(company=company, title="Original title", description="Original description")
+    # The agent's own work (it created it): agents change only their own issues (tests/test_fences.py).
+    issue = IssueFactory(company=company, title="Original title", description="Original description",
+                         created_by_agent=me.agent)
     issue2 = IssueFactory(company=company, title="Second")
     wip = IssueFactory(company=company, title="In progress", status="in_progress", assignee_agent=me.agent,
                        checkout_run=me.run, execution_run=me.run, execution_locked_at=timezone.now())

@@ -68,7 +68,7 @@ def test_board_created_issue_has_no_origin_issue(board_client, company):
 
 
 def test_agent_move_of_task_with_children_skips_only_the_parent_change(agent_client, company):
-    task = IssueFactory(company=company)
+    task = IssueFactory(company=company, assignee_agent=agent_client.agent)  # agents move their own tasks
     IssueFactory(company=company, parent=task)
     new_parent = IssueFactory(company=company)
     response = agent_client.patch(f"/api/issues/{task.pk}", {"parentId": str(new_parent.pk), "title": "renamed"},
@@ -82,7 +82,7 @@ def test_agent_move_of_task_with_children_skips_only_the_parent_change(agent_cli
 def test_agent_move_under_a_child_is_flattened(agent_client, company):
     root = IssueFactory(company=company)
     child = IssueFactory(company=company, parent=root)
-    task = IssueFactory(company=company)
+    task = IssueFactory(company=company, assignee_agent=agent_client.agent)
     body = agent_client.patch(f"/api/issues/{task.pk}", {"parentId": str(child.pk)}, format="json").json()
     assert body["parentId"] == str(root.pk) and body["parentAdjusted"]["reason"] == "max_depth"
 
@@ -100,7 +100,7 @@ def test_board_move_nests_freely_but_never_into_a_cycle(board_client, company):
 
 
 def test_block_parent_until_done_blocks_the_requester(agent_client, company):
-    requester = IssueFactory(company=company)
+    requester = IssueFactory(company=company, assignee_agent=agent_client.agent)  # blocking it changes it
     body = create(agent_client, company, parentId=str(requester.pk), blockParentUntilDone=True).json()
     requester.refresh_from_db()
     assert requester.status == "blocked"
@@ -109,7 +109,7 @@ def test_block_parent_until_done_blocks_the_requester(agent_client, company):
 
 def test_block_parent_until_done_blocks_the_requester_even_when_flattened(agent_client, company):
     root = IssueFactory(company=company)
-    requester = IssueFactory(company=company, parent=root)
+    requester = IssueFactory(company=company, parent=root, assignee_agent=agent_client.agent)
     body = create(agent_client, company, parentId=str(requester.pk), blockParentUntilDone=True).json()
     assert body["parentId"] == str(root.pk)
     requester.refresh_from_db()

@@ -9,9 +9,18 @@ from django.utils import timezone
 from issues import events, selectors
 from issues.actors import Actor
 from issues.choices import CHECKOUT_FROM_STATUSES, LIVE_RUN_STATUSES, IssueStatus, RelationKind, RunStatus
-from issues.exceptions import CheckoutConflict, Conflict, Forbidden, NotCheckoutOwner, Unprocessable
+from issues.exceptions import (
+    AssignedElsewhere,
+    CheckoutConflict,
+    Conflict,
+    Forbidden,
+    NotCheckoutOwner,
+    StatusNotExpected,
+    Unprocessable,
+)
 from issues.models import Agent, HeartbeatRun, Issue, IssueRelation
 
+from . import fences
 from .activity import activity_record
 from .lookups import company_object
 
@@ -133,18 +142,38 @@ def issue_checkout(*, actor: Actor, agent_id, expected_statuses, issue: Issue | 
     if (current.status == IssueStatus.IN_PROGRESS and current.assignee_agent_id == agent.pk
             and current.checkout_run_id == run.pk):
         return current, False  # same run again: idempotent, no side effects
-    claimable_now = current.status in expected_statuses and current.assignee_agent_id in (None, agent.pk) \
-        and current.assignee_user_id is None
-    if claimable_now:
-        blockers = list(
-            IssueRelation.objects.filter(related_issue=current, kind=RelationKind.BLOCKS)
-            .exclude(issue__status=IssueStatus.DONE)
-            .values_list("issue__identifier", flat=True)
-        )
-        if blockers:
-            raise Unprocessable("The issue has blockers that are not done.", code="blocked_by_open_issues",
-                                details={"blockers": blockers})
-    raise CheckoutConflict(details=_conflict_details(current))
+    raise _refusal(current, agent, run, expected_statuses)
+
+
+def _refusal(issue: Issue, agent: Agent, run: HeartbeatRun, expected: list) -> Exception:
+    """Why the claim matched nothing, re-read after it, so the answer names what refused it:
+    a live run holding the lock (409 ``checkout_conflict``, the upstream contract), another
+    assignee (409 ``assigned_elsewhere``), a status outside ``expectedStatuses`` (409
+    ``status_not_expected``), or open blockers (422). All 409s carry the lock details."""
+    details = _conflict_details(issue)
+    holders = [pk for pk in (issue.checkout_run_id, issue.execution_run_id) if pk and pk != run.pk]
+    if holders and HeartbeatRun.objects.filter(pk__in=holders, status__in=LIVE_RUN_STATUSES).exists():
+        return CheckoutConflict(details=details)
+    other_assignee = issue.assignee_user_id is not None or issue.assignee_agent_id not in (None, agent.pk)
+    if other_assignee and (issue.status == IssueStatus.IN_PROGRESS or issue.status in expected):
+        # (In progress without a live run: the claim of another agent, never adopted across agents.)
+        who = "a board user" if issue.assignee_user_id is not None else "another agent"
+        return AssignedElsewhere(f"The issue is assigned to {who}; only its assignee can check it out.",
+                                 details=details)
+    if issue.status not in expected:
+        return StatusNotExpected(
+            f"The issue is {issue.status}, not one of expectedStatuses ({', '.join(expected)}).",
+            details={**details, "expectedStatuses": list(expected)})
+    blockers = list(
+        IssueRelation.objects.filter(related_issue=issue, kind=RelationKind.BLOCKS)
+        .exclude(issue__status=IssueStatus.DONE)
+        .values_list("issue__identifier", flat=True)
+    )
+    if blockers:
+        return Unprocessable("The issue has blockers that are not done.", code="blocked_by_open_issues",
+                             details={"blockers": blockers})
+    # Claimable now: what refused the claim changed before the re-read (a concurrent writer).
+    return CheckoutConflict("The issue changed while it was being checked out.", details=details)
 
 
 def _header_run_id(actor: Actor):
@@ -175,6 +204,7 @@ def issue_release(*, actor: Actor, issue: Issue) -> Issue:
     run = actor.require_live_run() if actor.is_agent else None
     with transaction.atomic():
         issue = Issue.objects.select_for_update().get(pk=issue.pk)
+        fences.ensure_may_release(actor, issue)  # agents release only their own claims (under the lock)
         if issue.status != IssueStatus.IN_PROGRESS:
             raise Conflict("Only an issue in progress can be released.", code="not_checked_out",
                            details=_conflict_details(issue))

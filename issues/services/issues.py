@@ -17,12 +17,13 @@ from issues.choices import (
     RelationKind,
     WakeSource,
 )
-from issues.exceptions import InvalidInput, NotCheckoutOwner, Unprocessable
+from issues.exceptions import InvalidInput, Unprocessable
 from issues.models import Company, Goal, Issue, IssueRelation, Project
 from issues.selectors import walk_up
 from issues.workspaces.service import new_issue_workspace_fields
 
 from .activity import activity_record
+from .fences import ensure_may_change, ensure_owning_run  # ensure_owning_run is also imported from here
 from .lookups import assignable_agent, company_object
 from .wakeups import wake_assignee
 
@@ -55,19 +56,6 @@ def _agent_parent(requested: Issue | None) -> tuple[Issue | None, ParentAdjustme
         return requested, None
     placed = requested.parent
     return placed, ParentAdjustment(requested.pk, placed.pk if placed else None, "max_depth")
-
-
-def ensure_owning_run(actor: Actor, issue: Issue):
-    """Agent writes to an in-progress issue need the run that checked it out; board users bypass."""
-    if not actor.is_agent:
-        return
-    run = actor.require_live_run()
-    if issue.status == IssueStatus.IN_PROGRESS and run.pk not in (issue.checkout_run_id, issue.execution_run_id):
-        raise NotCheckoutOwner(details={
-            "issueId": str(issue.pk),
-            "checkoutRunId": str(issue.checkout_run_id) if issue.checkout_run_id else None,
-            "assigneeAgentId": str(issue.assignee_agent_id) if issue.assignee_agent_id else None,
-        })
 
 
 def _status_timestamps(issue: Issue, new_status: str, now):
@@ -174,9 +162,10 @@ def issue_create(
 
 
 def _block_until_done(*, actor: Actor, blocker: Issue, blocked: Issue):
+    blocked = Issue.objects.select_for_update().get(pk=blocked.pk)
+    ensure_may_change(actor, blocked)  # blocking the requester changes it: an agent's own issue only
     IssueRelation.objects.get_or_create(company_id=blocked.company_id, issue=blocker, related_issue=blocked,
                                         kind=RelationKind.BLOCKS)
-    blocked = Issue.objects.select_for_update().get(pk=blocked.pk)
     if blocked.status not in (IssueStatus.DONE, IssueStatus.CANCELLED, IssueStatus.BLOCKED):
         previous = blocked.status
         _status_timestamps(blocked, IssueStatus.BLOCKED, timezone.now())
@@ -193,7 +182,10 @@ def relation_add(*, actor: Actor, blocker: Issue, blocked: Issue) -> IssueRelati
         actor.require_live_run()
     if blocker.company_id != blocked.company_id:
         raise InvalidInput(details={"blockerId": ["Blockers must belong to the same company."]})
+    if blocker.pk == blocked.pk:
+        raise InvalidInput(details={"blockerId": ["An issue cannot block itself."]})
     with transaction.atomic():
+        ensure_may_change(actor, Issue.objects.select_for_update().get(pk=blocked.pk))
         relation, created = IssueRelation.objects.get_or_create(
             company_id=blocked.company_id, issue=blocker, related_issue=blocked, kind=RelationKind.BLOCKS
         )
@@ -221,7 +213,12 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
     actor.ensure_can_write(issue.company_id)
     with transaction.atomic():
         issue = Issue.objects.select_for_update(of=("self",)).select_related("parent").get(pk=issue.pk)
-        ensure_owning_run(actor, issue)
+        # The checkout run first (409), then ownership (403) for field changes; a comment-only
+        # PATCH is a comment, which any agent of the company may post.
+        if changes:
+            ensure_may_change(actor, issue)
+        else:
+            ensure_owning_run(actor, issue)
         now = timezone.now()
         diff, adjustment = {}, None
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
+from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
+from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
 from issues import events
@@ -26,10 +26,11 @@ from issues.choices import (
     WakeSource,
     WakeStatus,
 )
-from issues.exceptions import Conflict, Forbidden, InvalidInput
+from issues.exceptions import Conflict, Forbidden, InvalidInput, NotCheckoutOwner
 from issues.models import ActivityLog, Agent, Company, HeartbeatRun, Issue, RunEvent, WakeupRequest
 
 from .activity import activity_record
+from .fences import lock_details
 
 # Runs whose issue is still worth working on (continuations and retries stop otherwise).
 ACTIVE_ISSUE_STATUSES = (IssueStatus.TODO, IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueStatus.BACKLOG)
@@ -103,10 +104,22 @@ def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = Non
     return run
 
 
+# Usage and spend live in 64-bit columns; running totals stop at the top instead of overflowing.
+USAGE_MAX = 2**63 - 1
+
+
+def _saturating_add(column: str, delta: int):
+    """``column + delta`` capped at USAGE_MAX, computed so the database never overflows:
+    ``LEAST(column, MAX - delta) + delta`` (``0 <= delta <= MAX``)."""
+    big = BigIntegerField()
+    return ExpressionWrapper(Least(F(column), Value(USAGE_MAX - delta, output_field=big), output_field=big)
+                             + Value(delta, output_field=big), output_field=big)
+
+
 def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
     """Usage is reported as the run's running totals, so a repeated report adds nothing twice.
     True when the run was stopped and must be ended by the caller."""
-    totals = {name: max(int(usage.get(key) or 0), getattr(run, name))
+    totals = {name: min(max(int(usage.get(key) or 0), getattr(run, name)), USAGE_MAX)
               for key, name in (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
                                 ("costCents", "cost_cents"))}
     delta_cost = totals["cost_cents"] - run.cost_cents
@@ -118,8 +131,9 @@ def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
     from .scheduling import budgets_roll_month
 
     budgets_roll_month(agent_id=run.agent_id)  # spend belongs to the current month
-    Agent.objects.filter(pk=run.agent_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
-    Company.objects.filter(pk=run.company_id).update(spent_monthly_cents=F("spent_monthly_cents") + delta_cost)
+    Agent.objects.filter(pk=run.agent_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents", delta_cost))
+    Company.objects.filter(pk=run.company_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents",
+                                                                                         delta_cost))
     agent = Agent.objects.get(pk=run.agent_id)
     if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
         # Hard stop: this run is stopped now, not only the next one refused.
@@ -148,7 +162,8 @@ def _finish_stopped(runs_to_end):
 
 
 def issue_run_stop(*, actor: Actor, issue: Issue) -> list[HeartbeatRun]:
-    """Stop the live runs of this one issue; the agent is never paused."""
+    """Stop the live runs of this one issue; the agent is never paused. An agent stops only its
+    own runs: another agent's live run on the issue is a 409 with the lock details."""
     actor.ensure_can_write(issue.company_id)
     if actor.is_agent:
         actor.require_live_run()
@@ -158,6 +173,10 @@ def issue_run_stop(*, actor: Actor, issue: Issue) -> list[HeartbeatRun]:
         if issue.execution_run_id and all(r.pk != issue.execution_run_id for r in runs):
             runs += list(HeartbeatRun.objects.select_for_update().filter(
                 pk=issue.execution_run_id, status__in=LIVE_RUN_STATUSES))
+        if actor.is_agent and any(run.agent_id != actor.agent.pk for run in runs):
+            # An agent stops its own runs only; another agent's run is stopped by the board.
+            raise NotCheckoutOwner("Another agent's run works this issue; a board user can stop it.",
+                                   details=lock_details(actor, issue))
         for run in runs:
             if _request_stop(run, "issue_stop"):
                 to_end.append(run)

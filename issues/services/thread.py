@@ -13,7 +13,7 @@ from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, Stale
 from issues.models import Comment, Document, DocumentRevision, Interaction, Issue
 
 from .activity import activity_record
-from .issues import ensure_owning_run
+from .fences import ensure_may_change, ensure_owning_run
 from .wakeups import wake_assignee
 
 DOCUMENT_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -28,10 +28,16 @@ def _author(actor: Actor) -> dict:
     }
 
 
-def _lock_for_write(actor: Actor, issue: Issue) -> Issue:
+def _lock_for_write(actor: Actor, issue: Issue, *, owner_only: bool = True) -> Issue:
+    """Lock the issue for an agent or board write. Documents and interactions change the issue
+    (its owner's, see .fences); comments (``owner_only=False``) may come from any agent of the
+    company, but still from the checkout run while the issue is in progress."""
     actor.ensure_can_write(issue.company_id)
     issue = Issue.objects.select_for_update().get(pk=issue.pk)
-    ensure_owning_run(actor, issue)
+    if owner_only:
+        ensure_may_change(actor, issue)
+    else:
+        ensure_owning_run(actor, issue)
     return issue
 
 
@@ -41,7 +47,7 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
         raise InvalidInput(details={"body": ["This field may not be blank."]})
     with transaction.atomic():
         if not _locked:
-            issue = _lock_for_write(actor, issue)
+            issue = _lock_for_write(actor, issue, owner_only=False)
         fields = _author(actor)
         if author_type:
             fields["author_type"] = author_type

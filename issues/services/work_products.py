@@ -12,7 +12,7 @@ from issues.exceptions import InvalidInput
 from issues.models import Issue, WorkProduct
 
 from .activity import activity_record
-from .issues import ensure_owning_run
+from .fences import ensure_may_change
 
 _URL = URLValidator(schemes=("http", "https"))
 # API field name -> (model field max length)
@@ -44,13 +44,14 @@ def _clean(kind: str, title: str, url: str, external_id: str, status: str) -> di
 def work_product_create(*, actor: Actor, issue: Issue, kind: str, title: str = "", url: str = "",
                         external_id: str = "", status: str = "") -> WorkProduct:
     """Record a work product on the issue. Agents need their live run (the checkout run while the
-    issue is in progress), board users a write role. Announces ``work_product_created_atomic`` inside
-    the transaction, so subscribers' writes (connector artifact links) commit with it."""
+    issue is in progress) and an issue of their own (see .fences), board users a write role.
+    Announces ``work_product_created_atomic`` inside the transaction, so subscribers' writes
+    (connector artifact links) commit with it."""
     values = _clean(kind, title, url, external_id, status)
     actor.ensure_can_write(issue.company_id)
     with transaction.atomic():
         issue = Issue.objects.select_for_update().get(pk=issue.pk)
-        ensure_owning_run(actor, issue)
+        ensure_may_change(actor, issue)
         work_product = WorkProduct.objects.create(
             company_id=issue.company_id, issue=issue, kind=kind, title=values["title"], url=values["url"],
             external_id=values["externalId"], status=values["status"], run=actor.run if actor.is_agent else None)

@@ -1,0 +1,114 @@
+"""Fences inside a company: which agent writes an issue may take (board users keep their role rules).
+
+Two rules, checked in this order on a row the caller has locked (``select_for_update``):
+
+1. **The checkout run** (:func:`ensure_owning_run`): an issue in progress is written only by the
+   run that holds its checkout (or execution lock). Any other run — of another agent, or an
+   earlier/later run of the same agent — gets 409 ``not_checkout_owner`` with the lock details
+   (:func:`lock_details`). This is also the rule for case writes on a case's primary task.
+2. **Ownership** (:func:`ensure_issue_owner`): an agent changes an issue (fields, status,
+   assignee, documents, interactions, work products, blockers) only when the issue is assigned
+   to it, was created by it, or is assigned to an agent below it in the chain of command
+   (upstream's manager override). Anything else is 403 ``not_your_issue``. Commenting is not
+   fenced by ownership: any agent of the company may comment (rule 1 still applies).
+
+Creating an issue is not a change of an existing one: managers delegate by creating children
+assigned to their reports.
+"""
+from __future__ import annotations
+
+from issues.actors import Actor
+from issues.choices import IssueStatus
+from issues.exceptions import NotCheckoutOwner, NotYourIssue
+from issues.models import Agent, HeartbeatRun, Issue
+
+MAX_CHAIN = 50  # reports_to walks stop here (the model forbids self-management, not longer loops)
+
+
+def _sid(value):
+    return str(value) if value else None
+
+
+def lock_details(actor: Actor, issue: Issue) -> dict:
+    """What a refused writer needs to know about the lock: who holds the issue, with which run."""
+    holder_run_id = issue.checkout_run_id or issue.execution_run_id
+    holder_agent_id = (HeartbeatRun.objects.filter(pk=holder_run_id).values_list("agent_id", flat=True).first()
+                       if holder_run_id else None)
+    run = actor._run if actor.is_agent else None
+    return {
+        "issueId": str(issue.pk),
+        "status": issue.status,
+        "assigneeAgentId": _sid(issue.assignee_agent_id),
+        "checkoutRunId": _sid(issue.checkout_run_id),
+        "executionRunId": _sid(issue.execution_run_id),
+        "holderAgentId": _sid(holder_agent_id),
+        "actorAgentId": _sid(actor.agent.pk) if actor.is_agent else None,
+        "actorRunId": _sid(run.pk) if run is not None else None,
+    }
+
+
+def ensure_owning_run(actor: Actor, issue: Issue):
+    """Agent writes to an in-progress issue need the run that checked it out; board users bypass."""
+    if not actor.is_agent:
+        return
+    run = actor.require_live_run()
+    if issue.status == IssueStatus.IN_PROGRESS and run.pk not in (issue.checkout_run_id, issue.execution_run_id):
+        details = lock_details(actor, issue)
+        holder = details["holderAgentId"] or details["assigneeAgentId"]
+        message = ("This issue is in progress under another agent's run." if holder and holder != str(actor.agent.pk)
+                   else None)
+        raise NotCheckoutOwner(message, details=details)
+
+
+def manages(agent: Agent, other_agent_id) -> bool:
+    """True when ``agent`` is above ``other_agent_id`` in its chain of command."""
+    if other_agent_id is None:
+        return False
+    cursor = Agent.objects.filter(pk=other_agent_id).values_list("reports_to_id", flat=True).first()
+    seen = set()
+    while cursor is not None and cursor not in seen and len(seen) < MAX_CHAIN:
+        if cursor == agent.pk:
+            return True
+        seen.add(cursor)
+        cursor = Agent.objects.filter(pk=cursor).values_list("reports_to_id", flat=True).first()
+    return False
+
+
+def agent_may_change(agent: Agent, issue: Issue) -> bool:
+    return (issue.assignee_agent_id == agent.pk or issue.created_by_agent_id == agent.pk
+            or manages(agent, issue.assignee_agent_id))
+
+
+def ensure_issue_owner(actor: Actor, issue: Issue):
+    """Agents change only their own issues (assigned, created, or their reports'); board users bypass."""
+    if not actor.is_agent or agent_may_change(actor.agent, issue):
+        return
+    raise NotYourIssue(details={
+        "issueId": str(issue.pk),
+        "status": issue.status,
+        "assigneeAgentId": _sid(issue.assignee_agent_id),
+        "createdByAgentId": _sid(issue.created_by_agent_id),
+        "actorAgentId": str(actor.agent.pk),
+    })
+
+
+def ensure_may_change(actor: Actor, issue: Issue):
+    """Both fences for an agent change of ``issue`` (a locked row): the checkout run, then ownership."""
+    ensure_owning_run(actor, issue)
+    ensure_issue_owner(actor, issue)
+
+
+def ensure_may_release(actor: Actor, issue: Issue):
+    """Release gives back a claim: for agents, only the assignee's (upstream: "Only assignee can
+    release issue"); a claim another run holds is a 409 with the lock details first."""
+    if not actor.is_agent:
+        return
+    actor.require_live_run()
+    if issue.assignee_agent_id == actor.agent.pk:
+        return  # the release itself checks, under the row lock, that this run may clear the claim
+    if issue.status == IssueStatus.IN_PROGRESS and (issue.checkout_run_id or issue.execution_run_id):
+        raise NotCheckoutOwner("This issue is in progress under another agent's run.",
+                               details=lock_details(actor, issue))
+    raise NotYourIssue("Agents release only issues assigned to them.", details={
+        "issueId": str(issue.pk), "status": issue.status,
+        "assigneeAgentId": _sid(issue.assignee_agent_id), "actorAgentId": str(actor.agent.pk)})
