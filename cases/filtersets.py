@@ -2,16 +2,16 @@
 import django_filters as filters
 from django.db.models import Q
 
-from issues.filtersets import CommaChoicesFilter
+from issues.filtersets import MAX_TEXT_FILTER_CHARS, CommaChoicesFilter, CommaListFilter
 
 from .choices import CaseGroupBy, CaseSortField, CaseStatus, SortDir
 from .models import Case, WorkflowDefinition
 
 
 class CaseFilterSet(filters.FilterSet):
-    search = filters.CharFilter(method="filter_search")
+    search = filters.CharFilter(method="filter_search", max_length=MAX_TEXT_FILTER_CHARS)
     status = CommaChoicesFilter(field_name="status", choices=CaseStatus.choices)
-    type = filters.CharFilter(method="filter_type")
+    type = CommaListFilter(method="filter_type")
     projectId = filters.UUIDFilter(field_name="project_id")
     # Presentation parameters: validated here, applied by the selector after filtering.
     sortField = filters.ChoiceFilter(choices=CaseSortField.choices, method="keep")
@@ -26,8 +26,7 @@ class CaseFilterSet(filters.FilterSet):
         return qs
 
     def filter_type(self, qs, name, value):
-        types = [v.strip() for v in value.split(",") if v.strip()]
-        return qs.filter(case_type__in=types) if types else qs
+        return qs.filter(case_type__in=value) if value else qs
 
     def filter_search(self, qs, name, value):
         value = value.strip()
@@ -38,7 +37,7 @@ class CaseFilterSet(filters.FilterSet):
 
 
 class WorkflowDefinitionFilterSet(filters.FilterSet):
-    search = filters.CharFilter(method="filter_search")
+    search = filters.CharFilter(method="filter_search", max_length=MAX_TEXT_FILTER_CHARS)
 
     class Meta:
         model = WorkflowDefinition

@@ -58,6 +58,10 @@ from .selectors import CASE_RELATED
 DEFAULT_LIMIT_BYTES = 64 * 1024
 MAX_LIMIT_BYTES = 256 * 1024
 MIN_LIMIT_BYTES = 4  # the widest UTF-8 character: every page makes progress
+# No paged text can be this long (PostgreSQL caps a value at 1 GB, SQLite at 1e9 bytes by default),
+# and PostgreSQL's substring() takes an ``integer`` start: a larger offset is answered as past the
+# end before any SQL runs (it would otherwise fail there, from 2^31 on PostgreSQL, 2^63 on SQLite).
+MAX_OFFSET_BYTES = 2**31 - 2
 SNAPSHOT_PREFIX = "rs1."
 STALE_CODE = "read_snapshot_stale"
 
@@ -139,10 +143,13 @@ def _page(window: bytes, offset: int, limit: int, total: int) -> dict:
             "limitBytes": limit, "done": end >= total}
 
 
+def _past_end(reason: str) -> InvalidInput:
+    return InvalidInput("offsetBytes is past the end.", code="invalid_offset", details={"offsetBytes": [reason]})
+
+
 def _check_offset(offset: int, total: int):
     if offset > total:
-        raise InvalidInput("offsetBytes is past the end.", code="invalid_offset",
-                           details={"offsetBytes": [f"Must be at most totalBytes ({total})."]})
+        raise _past_end(f"Must be at most totalBytes ({total}).")
 
 
 # --- read parameters ---------------------------------------------------------------------------
@@ -164,6 +171,8 @@ def read_params(*, offset_bytes=None, limit_bytes=None, snapshot=None, section=N
     if limit < MIN_LIMIT_BYTES:
         errors["limitBytes"] = [f"Must be at least {MIN_LIMIT_BYTES}."]
     offset = int(offset_bytes or 0)
+    if offset > MAX_OFFSET_BYTES:
+        raise _past_end(f"Must be at most totalBytes; no text is longer than {MAX_OFFSET_BYTES} bytes.")
     if offset < 0:
         errors["offsetBytes"] = ["Must be zero or more."]
     if offset > 0 and not snapshot:

@@ -41,6 +41,10 @@ class ApiError(Exception):
     def __init__(self, method, path, status, body):
         super().__init__(f"{method} {path} -> HTTP {status}: {body[:300]}")
         self.status = status
+        try:  # the host's one error shape: {"error": {"code", "message", "details"}}
+            self.code = json.loads(body)["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            self.code = ""
 
 
 def log(message):
@@ -142,8 +146,10 @@ def heartbeat():
         api("POST", f"/issues/{issue['id']}/checkout", {"agentId": me_id, "expectedStatuses": CHECKOUT_FROM})
     except ApiError as exc:
         if exc.status == 409:
-            log(f"checkout of {issue['identifier']} refused (409): owned by another run; stopping")
-            finish("blocked", f"checkout conflict on {issue['identifier']}")
+            # The code says what refused it: checkout_conflict (another run holds it),
+            # assigned_elsewhere, status_not_expected.
+            log(f"checkout of {issue['identifier']} refused (409): {exc.code or 'conflict'}; stopping")
+            finish("blocked", f"checkout of {issue['identifier']} refused: {exc.code or 'conflict'}")
         raise
     log(f"checked out {issue['identifier']}")
 

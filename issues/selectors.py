@@ -1,4 +1,5 @@
 """Reads shared by the API, the console and the templates. Everything is company-scoped."""
+import re
 import uuid
 
 from django.conf import settings
@@ -90,29 +91,42 @@ def scoped_get(queryset, actor, pk, label, field="pk"):
         raise NotFound(f"{label} not found.")
 
 
+# The largest list offset (a signed 32-bit integer; the OpenAPI schema declares the same bound).
+MAX_OFFSET = 2**31 - 1
+
+
+# Query-string integers: ASCII digits only (int() would also take " 7", "1_0" or other scripts' digits).
+_DIGITS = re.compile(r"[0-9]{1,19}", re.ASCII)
+
+
+def bounded_int(raw, name: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """A query parameter that must be an integer in [minimum, maximum]; otherwise a 400 naming it.
+    The default maximum (:data:`MAX_OFFSET`) keeps every value inside the databases' integer
+    types, so a hostile number never reaches SQL (where it would be a 500)."""
+    maximum = MAX_OFFSET if maximum is None else maximum
+    text = str(raw)
+    if not _DIGITS.fullmatch(text) or not minimum <= int(text) <= maximum:
+        raise InvalidInput(details={name: [f"Must be an integer from {minimum} to {maximum}."]})
+    return int(text)
+
+
 def list_window(params) -> tuple[int, int]:
-    """limit/offset from query parameters, bounded by settings."""
+    """limit/offset from query parameters: integers from 1 (limit) or 0 (offset) to
+    :data:`MAX_OFFSET`, else a 400 naming the parameter; a limit above ``API_LIST_MAX_LIMIT``
+    is clamped to it (documented)."""
     errors = {}
-    limit = settings.PAPERCLIP["API_LIST_DEFAULT_LIMIT"]
-    offset = 0
-    for name in ("limit", "offset"):
+    window = {"limit": settings.PAPERCLIP["API_LIST_DEFAULT_LIMIT"], "offset": 0}
+    for name, minimum in (("limit", 1), ("offset", 0)):
         raw = params.get(name)
         if raw is None:
             continue
         try:
-            value = int(raw)
-            if value < 0 or (name == "limit" and value == 0):
-                raise ValueError
-        except ValueError:
-            errors[name] = ["Must be a positive integer."]
-            continue
-        if name == "limit":
-            limit = min(value, settings.PAPERCLIP["API_LIST_MAX_LIMIT"])
-        else:
-            offset = value
+            window[name] = bounded_int(raw, name, minimum=minimum)
+        except InvalidInput as exc:
+            errors.update(exc.details)
     if errors:
         raise InvalidInput(details=errors)
-    return limit, offset
+    return min(window["limit"], settings.PAPERCLIP["API_LIST_MAX_LIMIT"]), window["offset"]
 
 
 def issue_filterset(*, company, params) -> IssueFilterSet:
@@ -150,10 +164,7 @@ def run_events(*, run: HeartbeatRun, params):
     qs = RunEvent.objects.filter(run=run).order_by("seq")
     after = params.get("after")
     if after is not None:
-        try:
-            qs = qs.filter(seq__gt=int(after))
-        except ValueError:
-            raise InvalidInput(details={"after": ["Must be an integer sequence number."]}) from None
+        qs = qs.filter(seq__gt=bounded_int(after, "after", maximum=2**63 - 1))  # seq is a 64-bit column
     limit, _ = list_window(params)
     return qs[:limit]
 

@@ -49,6 +49,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "paperclip.core.middleware.ApiInputGuardMiddleware",  # NUL in /api/ URLs, oversized bodies: JSON errors
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "paperclip.core.middleware.CurrentCompanyMiddleware",
@@ -126,7 +127,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's JSON parser plus a nesting limit, finite numbers only and no NUL (paperclip.core.parsers).
+    "DEFAULT_PARSER_CLASSES": ["paperclip.core.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "paperclip.core.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -148,12 +150,13 @@ SPECTACULAR_SETTINGS = {
         "IssueStatusEnum": "issues.choices.IssueStatus",
         "CaseStatusEnum": "cases.choices.CaseStatus",
     },
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {
-            "agentKey": {"type": "http", "scheme": "bearer", "description": "Agent API key"},
-        }
-    },
-    "SECURITY": [{"agentKey": []}, {"cookieAuth": []}],
+    # Each operation lists its security once, from its authentication classes (agentKey: the
+    # bearer key extension in issues.api.auth; cookieAuth: the session); the webhook lists none.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "paperclip.core.schema.add_plain_views",
+        "paperclip.core.schema.add_body_errors",
+    ],
 }
 
 # Celery: eager (in-process) unless a broker is configured; jobs are real either way.
@@ -194,7 +197,22 @@ PAPERCLIP = {
     "WORKSPACE_DISK_CAP_BYTES": env.int("PAPERCLIP_WORKSPACE_DISK_CAP_BYTES", default=20 * 1024**3),
     # Cases: the workflow text and initialDocuments of a new case share one byte budget.
     "CASE_SEED_BUDGET_BYTES": env.int("PAPERCLIP_CASE_SEED_BUDGET_BYTES", default=1024 * 1024),
+    # Hostile input: API request bodies over this size are a 413 (DATA_UPLOAD_MAX_MEMORY_SIZE below;
+    # the connector webhook has its own limit), JSON nested deeper is a 400 (request bodies and
+    # signed webhook payloads alike).
+    "MAX_REQUEST_BYTES": env.int("PAPERCLIP_MAX_REQUEST_BYTES", default=2_621_440),
+    "JSON_MAX_DEPTH": env.int("PAPERCLIP_JSON_MAX_DEPTH", default=64),
+    # Which env:NAME secret references tenants may use (exact names, or prefixes ending in *); the
+    # server's own configuration variables are refused whatever this says (paperclip.core.secret_refs).
+    "SECRET_ENV_ALLOWLIST": env.list("PAPERCLIP_SECRET_ENV_ALLOWLIST", default=["PAPERCLIP_SECRET_*"]),
+    # Outbound requests to tenant-configured URLs (paperclip.core.outbound_http): non-public
+    # addresses are refused unless listed here (host, host:port or CIDR); plain http only to loopback.
+    "OUTBOUND_ALLOWED_HOSTS": env.list("PAPERCLIP_OUTBOUND_ALLOWED_HOSTS", default=[]),
+    "OUTBOUND_ALLOW_HTTP": env.bool("PAPERCLIP_OUTBOUND_ALLOW_HTTP", default=False),
 }
+
+# Django refuses a larger body when it is read (RequestDataTooBig); the API answers 413 payload_too_large.
+DATA_UPLOAD_MAX_MEMORY_SIZE = PAPERCLIP["MAX_REQUEST_BYTES"]
 
 LOGGING = {
     "version": 1,

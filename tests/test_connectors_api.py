@@ -191,17 +191,17 @@ def test_replay_only_for_parked_events(api, company, django_capture_on_commit_ca
 
 def test_connector_create_command_prints_id_and_webhook_url(company, monkeypatch):
     store = FakeStore()
-    monkeypatch.setenv("TRACKER_TOKEN", "t")
-    monkeypatch.setenv("TRACKER_HOOK", "h")
+    monkeypatch.setenv("PAPERCLIP_SECRET_TRACKER_TOKEN", "t")
+    monkeypatch.setenv("PAPERCLIP_SECRET_TRACKER_HOOK", "h")
     out = StringIO()
     call_command("connector_create", "--company", company.issue_prefix, "--provider", PROVIDER, "--name", "cli",
                  "--config", json.dumps({"containers": [store.container], "baseUrl": store.base_url,
                                          "stateMapping": STATE_MAPPING}),
-                 "--credentials", "env:TRACKER_TOKEN", "--webhook-secret", "env:TRACKER_HOOK", "--json", stdout=out)
+                 "--credentials", "env:PAPERCLIP_SECRET_TRACKER_TOKEN", "--webhook-secret", "env:PAPERCLIP_SECRET_TRACKER_HOOK", "--json", stdout=out)
     result = json.loads(out.getvalue())
     instance = ConnectorInstance.objects.get(pk=result["id"])
     assert result["webhookUrl"].endswith(f"/api/connectors/{instance.pk}/webhook")
-    assert instance.credentials_ref == "env:TRACKER_TOKEN" and instance.webhook_secret_ref == "env:TRACKER_HOOK"
+    assert instance.credentials_ref == "env:PAPERCLIP_SECRET_TRACKER_TOKEN" and instance.webhook_secret_ref == "env:PAPERCLIP_SECRET_TRACKER_HOOK"
 
 
 @pytest.mark.parametrize("args,message", [
@@ -298,10 +298,10 @@ def test_manual_import_and_manual_link_with_divergence(api, company, django_capt
 
 
 def test_connector_create_accepts_a_short_provider_name(company, monkeypatch):
-    monkeypatch.setenv("GH_HOOK", "x")
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_HOOK", "x")
     out = StringIO()
     call_command("connector_create", "--company", company.issue_prefix, "--provider", "github", "--name", "gh",
                  "--config", json.dumps({"containers": ["octo/repo"],
                                          "stateMapping": {"open": "backlog", "closed": "terminal"}}),
-                 "--webhook-secret", "env:GH_HOOK", "--json", stdout=out)
+                 "--webhook-secret", "env:PAPERCLIP_SECRET_GH_HOOK", "--json", stdout=out)
     assert ConnectorInstance.objects.get(pk=json.loads(out.getvalue())["id"]).provider_key == "github_issues"

@@ -21,9 +21,9 @@ class CaseReadQuerySerializer(serializers.Serializer):
     offsetBytes = serializers.IntegerField(required=False, min_value=0,
                                            help_text="Byte offset into the UTF-8 encoding of the paged text; "
                                                      "a previous page's nextOffsetBytes.")
-    limitBytes = serializers.IntegerField(required=False, min_value=1,
-                                          help_text="Page budget in UTF-8 bytes (default 64 KiB, max 256 KiB; "
-                                                    "at least 4).")
+    limitBytes = serializers.IntegerField(required=False, min_value=4,
+                                          help_text="Page budget in UTF-8 bytes (default 64 KiB, at most 256 KiB "
+                                                    "are used; at least 4: one character).")
     snapshot = serializers.CharField(required=False, help_text="Required when offsetBytes > 0: the snapshot of "
                                                                "the first page.")
 
@@ -33,8 +33,9 @@ class CaseReadQuerySerializer(serializers.Serializer):
 class WorkflowPromptQuerySerializer(serializers.Serializer):
     offsetBytes = serializers.IntegerField(required=False, min_value=0,
                                            help_text="Byte offset into the UTF-8 encoding of the prompt.")
-    limitBytes = serializers.IntegerField(required=False, min_value=1,
-                                          help_text="Page budget in UTF-8 bytes (default 64 KiB, max 256 KiB).")
+    limitBytes = serializers.IntegerField(required=False, min_value=4,
+                                          help_text="Page budget in UTF-8 bytes (default 64 KiB, at most 256 KiB "
+                                                    "are used; at least 4: one character).")
     fingerprint = serializers.CharField(required=False, help_text="Required when offsetBytes > 0: the first "
                                                                   "page's fingerprint.")
 

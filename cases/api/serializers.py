@@ -1,4 +1,5 @@
 """API shapes of cases (camelCase). Input serializers reject unknown fields."""
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from issues.api.serializers import IdField, IssueRefSerializer, StrictSerializer
@@ -6,6 +7,7 @@ from issues.api.serializers import IdField, IssueRefSerializer, StrictSerializer
 from ..choices import CaseGroupBy, CaseSortField, CaseStatus, SortDir
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
 class JSONObjectField(serializers.JSONField):
     def to_internal_value(self, data):
         if not isinstance(data, dict):

@@ -24,7 +24,7 @@ from . import serializers as s
 class AgentConflictResolveSerializer(StrictSerializer):
     action = serializers.ChoiceField(choices=["keep_paperclip", "keep_external", "merge_manual", "unlink", "dismiss"],
                                      help_text="unlink is reserved to board users (403 board_only).")
-    mergedValue = serializers.JSONField(required=False)
+    mergedValue = s.MergedValueField(required=False)
     idempotencyKey = serializers.CharField(max_length=200)
 
 

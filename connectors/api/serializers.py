@@ -1,17 +1,48 @@
 """Connectors API shapes (camelCase). Input serializers reject unknown fields."""
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+from paperclip.core.schema import NON_NULL_JSON
 
 from issues.api.serializers import IdField, StrictSerializer
 
 from ..choices import CommandPolicy, RoutingRuleKind, RunMode, SyncMode
+from ..providers import base as providers
 
 
+@extend_schema_field({"oneOf": [
+    {"type": "string", "pattern": r"^(env:[A-Za-z_][A-Za-z0-9_]{0,127}|secret:[0-9a-fA-F-]{32,36}|)$",
+     "description": "A reference: 'env:NAME' (a name the server allows), a stored 'secret:<id>' of this "
+                    "company, or '' for none."},
+    {"type": "object", "required": ["value"], "additionalProperties": False,
+     "properties": {"value": {"type": "string", "minLength": 1}}, "description": "Stored encrypted."},
+]})
 class SecretValueField(serializers.JSONField):
     """``"env:NAME"`` or ``{"value": "…"}`` (stored encrypted; never echoed back)."""
 
 
+@extend_schema_field(NON_NULL_JSON)
+class MergedValueField(serializers.JSONField):
+    """merge_manual's value: any JSON value but null."""
+
+
+class ProviderField(serializers.ChoiceField):
+    """A registered provider key (the choices are read from the provider registry at each use)."""
+
+    def __init__(self, **kwargs):
+        try:
+            keys = providers.provider_keys()
+        except ModuleNotFoundError:  # a provider module is missing: the adapters that did register
+            keys = sorted(providers._REGISTRY)
+        super().__init__(choices=keys, **kwargs)
+
+
+# The integer columns are 32-bit: bound the input so a hostile number is a 400, not a database error.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
 class RoutingRuleInputSerializer(StrictSerializer):
-    order = serializers.IntegerField(required=False)
+    order = serializers.IntegerField(required=False, min_value=INT32_MIN, max_value=INT32_MAX)
     kind = serializers.ChoiceField(choices=RoutingRuleKind.choices)
     match = serializers.DictField(required=False, default=dict)
     agentId = IdField(required=False, allow_null=True)
@@ -33,8 +64,9 @@ class InstanceConfigSerializer(StrictSerializer):
     autoImport = serializers.BooleanField(required=False, source="auto_import")
     commandPolicy = serializers.ChoiceField(choices=CommandPolicy.choices, required=False, source="command_policy")
     routingAliases = serializers.DictField(child=serializers.CharField(), required=False, source="routing_aliases")
-    pollIntervalSeconds = serializers.IntegerField(min_value=1, required=False, source="poll_interval_seconds")
-    reconcileIntervalSeconds = serializers.IntegerField(min_value=1, required=False,
+    pollIntervalSeconds = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False,
+                                                   source="poll_interval_seconds")
+    reconcileIntervalSeconds = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False,
                                                         source="reconcile_interval_seconds")
     reconcileBatchSize = serializers.IntegerField(min_value=1, max_value=10000, required=False,
                                                   source="reconcile_batch_size")
@@ -50,7 +82,7 @@ class InstanceConfigSerializer(StrictSerializer):
 
 class InstanceCreateSerializer(InstanceConfigSerializer):
     name = serializers.CharField(max_length=120)
-    provider = serializers.CharField(max_length=40)
+    provider = ProviderField()
     credentials = SecretValueField(required=False)
     webhookSecret = SecretValueField(required=False)
 
@@ -236,6 +268,8 @@ class EventSerializer(serializers.Serializer):
     action = serializers.CharField()
     externalTaskId = serializers.CharField(source="external_task_id")
     verified = serializers.BooleanField()
+    # signature | unverified (an unsigned hint, not confirmed) | read-back (confirmed by the API) | api-read
+    verification = serializers.CharField()
     status = serializers.CharField()
     attempts = serializers.IntegerField()
     nextAttemptAt = serializers.DateTimeField(source="next_attempt_at", allow_null=True)
@@ -267,7 +301,7 @@ class ConflictDetailSerializer(ConflictSerializer):
 
 class ConflictResolveSerializer(StrictSerializer):
     action = serializers.ChoiceField(choices=["keep_paperclip", "keep_external", "merge_manual", "unlink", "dismiss"])
-    mergedValue = serializers.JSONField(required=False)
+    mergedValue = MergedValueField(required=False)
     idempotencyKey = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     expectedStatus = serializers.ChoiceField(choices=["open", "resolved", "dismissed"], required=False,
                                              default="open")

@@ -8,7 +8,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from paperclip.core.errors import error_body
+from paperclip.core.schema import document_plain_view
 
+from ..choices import EventStatus
 from ..models import ConnectorInstance
 from ..providers.base import WebhookRejected, WebhookUnparseable
 from ..secrets import SecretUnavailable
@@ -22,6 +24,44 @@ def _error(status, code, message):
     return JsonResponse(error_body(code, message), status=status)
 
 
+def _error_response(description):
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+OPENAPI_OPERATION = {
+    "operationId": "connectors_webhook",
+    "tags": ["connectors"],
+    "summary": "A provider's webhook delivery",
+    "description": "The raw body is verified against the provider's signature headers (e.g. "
+                   "X-Hub-Signature-256, Linear-Signature, or the shared secret of a Jira webhook) before it "
+                   "is parsed; no session, no API key and no CSRF token. Stored once per delivery id and "
+                   "applied by a worker. A Jira connector without a webhook secret accepts unsigned "
+                   "deliveries as unverified hints: the worker applies only what it reads back through the "
+                   "Jira API (GitHub and Linear connectors without a secret answer 401).",
+    "security": [],
+    "parameters": [{"in": "path", "name": "instance_id", "required": True, "schema": {"type": "string"},
+                    "description": "The connector instance id (UUID); anything else is a 404."}],
+    "requestBody": {"required": False, "description": "The provider's payload, exactly as sent.",
+                    "content": {"application/json": {"schema": {}},
+                                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+    "responses": {
+        "202": {"description": "Stored (or already stored: duplicate) and queued.",
+                "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["eventId", "idempotencyKey", "status", "duplicate"],
+                    "properties": {"eventId": {"type": "integer"}, "idempotencyKey": {"type": "string"},
+                                   "status": {"type": "string", "enum": list(EventStatus.values)},
+                                   "duplicate": {"type": "boolean"}}}}}},
+        "400": _error_response("webhook_unparseable: verified but not a payload of this provider."),
+        "401": _error_response("Signature missing or invalid, or not for this connector (nothing stored)."),
+        "404": _error_response("No such connector instance."),
+        "413": _error_response("payload_too_large: over CONNECTORS WEBHOOK_MAX_BODY_BYTES."),
+        "503": _error_response("provider_unavailable / webhook_secret_unavailable."),
+    },
+}
+
+
+@document_plain_view("/api/connectors/{instance_id}/webhook", "post", OPENAPI_OPERATION)
 @csrf_exempt
 @require_POST
 def webhook(request, instance_id):

@@ -1,7 +1,20 @@
 """API shapes (camelCase, as in the Heartbeat Protocol). Input serializers reject unknown fields."""
 from rest_framework import serializers
 
-from issues.choices import IssuePriority, IssueStatus, RunLiveness, WakeSource, WorkspaceStrategy
+from drf_spectacular.utils import extend_schema_field
+
+from issues.choices import (
+    CHECKOUT_FROM_STATUSES,
+    DocumentFormat,
+    InteractionKind,
+    InteractionStatus,
+    IssuePriority,
+    IssueStatus,
+    RunLiveness,
+    WakeSource,
+    WorkspaceStrategy,
+)
+from issues.filtersets import MAX_LIST_ITEMS
 
 
 class StrictSerializer(serializers.Serializer):
@@ -23,6 +36,12 @@ class IdField(serializers.UUIDField):
         if not isinstance(data, str):
             self.fail("invalid", value=data)
         return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "enum": [str(s) for s in CHECKOUT_FROM_STATUSES]})
+class CheckoutStatusField(serializers.CharField):
+    """A status a checkout may claim from; other values are refused by the service (422
+    invalid_expected_statuses), so the schema lists the allowed ones."""
 
 
 class ErrorBodySerializer(serializers.Serializer):
@@ -280,7 +299,9 @@ class IssuePatchSerializer(StrictSerializer):
 
 class CheckoutSerializer(StrictSerializer):
     agentId = IdField()
-    expectedStatuses = serializers.ListField(child=serializers.CharField(), allow_empty=False)
+    # Bounded: a status is a short word and there are only a handful of them.
+    expectedStatuses = serializers.ListField(child=CheckoutStatusField(max_length=32), allow_empty=False,
+                                             min_length=1, max_length=MAX_LIST_ITEMS)
 
 
 class CommentCreateSerializer(StrictSerializer):
@@ -290,12 +311,12 @@ class CommentCreateSerializer(StrictSerializer):
 class DocumentWriteSerializer(StrictSerializer):
     body = serializers.CharField(allow_blank=True, trim_whitespace=False)  # stored verbatim
     title = serializers.CharField(required=False, allow_blank=True, max_length=300)
-    format = serializers.CharField(required=False)
+    format = serializers.ChoiceField(choices=DocumentFormat.choices, required=False)
     baseRevisionId = IdField(required=False, allow_null=True)
 
 
 class InteractionCreateSerializer(StrictSerializer):
-    kind = serializers.CharField()
+    kind = serializers.ChoiceField(choices=InteractionKind.choices)
     title = serializers.CharField(max_length=300)
     body = serializers.CharField(required=False, allow_blank=True, default="")
     payload = serializers.DictField(required=False, default=dict)
@@ -303,8 +324,13 @@ class InteractionCreateSerializer(StrictSerializer):
     documentRevisionId = IdField(required=False)
 
 
+# What a response may set (which of them an interaction takes depends on its kind: the service).
+RESPONSE_STATUSES = (InteractionStatus.ACCEPTED, InteractionStatus.REJECTED, InteractionStatus.ANSWERED,
+                     InteractionStatus.CANCELLED)
+
+
 class InteractionRespondSerializer(StrictSerializer):
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=[(s.value, s.label) for s in RESPONSE_STATUSES])
     response = serializers.DictField(required=False, default=dict)
 
 
@@ -313,17 +339,21 @@ class WakeupSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
     issueId = IdField(required=False, allow_null=True)
     idempotencyKey = serializers.CharField(required=False, max_length=200)
-    commentIds = serializers.ListField(child=IdField(), required=False, default=list)
+    commentIds = serializers.ListField(child=IdField(), required=False, default=list, max_length=MAX_LIST_ITEMS)
 
 
 class BlockerSerializer(StrictSerializer):
     blockerId = IdField()
 
 
+# Usage totals are stored in 64-bit columns (and added to 64-bit spend, which saturates).
+USAGE_MAX = 2**63 - 1
+
+
 class UsageSerializer(StrictSerializer):
-    inputTokens = serializers.IntegerField(min_value=0, required=False, default=0)
-    outputTokens = serializers.IntegerField(min_value=0, required=False, default=0)
-    costCents = serializers.IntegerField(min_value=0, required=False, default=0)
+    inputTokens = serializers.IntegerField(min_value=0, max_value=USAGE_MAX, required=False, default=0)
+    outputTokens = serializers.IntegerField(min_value=0, max_value=USAGE_MAX, required=False, default=0)
+    costCents = serializers.IntegerField(min_value=0, max_value=USAGE_MAX, required=False, default=0)
 
 
 class RunHeartbeatSerializer(StrictSerializer):

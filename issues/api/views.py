@@ -2,6 +2,7 @@
 
 Views are thin: parse and validate, call a selector or service, serialize.
 """
+from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -26,8 +27,11 @@ ERRORS = {code: s.ErrorSerializer for code in (400, 401, 403, 404, 409, 422)}
 RUN_HEADER_PARAM = OpenApiParameter(RUN_HEADER, OpenApiTypes.UUID, OpenApiParameter.HEADER, required=False,
                                     description="Required on agent mutations: one of the calling agent's runs.")
 LIST_PARAMS = [
-    OpenApiParameter("limit", OpenApiTypes.INT, description="Page size (default 500, max 1000)."),
-    OpenApiParameter("offset", OpenApiTypes.INT),
+    OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": settings.PAPERCLIP["API_LIST_MAX_LIMIT"]},
+                     description=f"Page size (default {settings.PAPERCLIP['API_LIST_DEFAULT_LIMIT']}, "
+                                 f"max {settings.PAPERCLIP['API_LIST_MAX_LIMIT']})."),
+    OpenApiParameter("offset", {"type": "integer", "minimum": 0, "maximum": selectors.MAX_OFFSET},
+                     description="Items to skip."),
 ]
 
 
@@ -276,7 +280,8 @@ class RunHeartbeatView(APIView):
 
 class RunEventsView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("after", OpenApiTypes.INT, description="Return events after this seq."),
+        parameters=[OpenApiParameter("after", {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                                     description="Return events after this seq."),
                     *LIST_PARAMS],
         responses={200: s.RunEventSerializer(many=True), **ERRORS}, operation_id="runs_events",
     )

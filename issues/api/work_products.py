@@ -7,6 +7,7 @@ from rest_framework.views import APIView
 
 from issues import selectors
 from issues.actors import actor_from_request
+from issues.choices import WorkProductKind
 from issues.services import work_products as work_product_services
 
 from .serializers import StrictSerializer
@@ -26,8 +27,9 @@ class WorkProductSerializer(serializers.Serializer):
 
 
 class WorkProductCreateSerializer(StrictSerializer):
-    # Values are validated by the service (one field-error shape for the API and other callers).
-    kind = serializers.CharField()
+    # kind is an enum here (so that the schema lists it); the other values are validated by the
+    # service (one field-error shape for the API and other callers).
+    kind = serializers.ChoiceField(choices=WorkProductKind.choices)
     title = serializers.CharField(required=False, allow_blank=True, default="")
     url = serializers.CharField(required=False, allow_blank=True, default="")
     externalId = serializers.CharField(required=False, allow_blank=True, default="")

@@ -14,8 +14,8 @@ class Company(UUIDModel):
     issue_counter = models.PositiveIntegerField(default=0, help_text="Last issue number handed out.")
     status = models.CharField(max_length=16, choices=CompanyStatus.choices, default=CompanyStatus.ACTIVE)
     enable_cases = models.BooleanField(default=False, help_text="Feature flag: cases and workflow definitions.")
-    budget_monthly_cents = models.PositiveIntegerField(default=0)
-    spent_monthly_cents = models.PositiveIntegerField(default=0)
+    budget_monthly_cents = models.PositiveBigIntegerField(default=0)
+    spent_monthly_cents = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         verbose_name_plural = "companies"

@@ -47,7 +47,7 @@ class HeartbeatRun(UUIDModel):
     stop_reason = models.CharField(max_length=200, blank=True)
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)
-    cost_cents = models.PositiveIntegerField(default=0)
+    cost_cents = models.PositiveBigIntegerField(default=0)
     context = models.JSONField(default=dict, blank=True, help_text="Wake context: reason, comment ids, approval.")
     workspace = models.ForeignKey(
         "issues.ExecutionWorkspace", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"

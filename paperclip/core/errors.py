@@ -3,7 +3,9 @@
 Services raise :class:`ApiError` subclasses (domain errors that know their status code);
 everything DRF or Django raises is mapped onto the same shape here.
 """
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
@@ -88,7 +90,15 @@ def _drf_error(exc):
     return Response(error_body(code, exc.detail), status=exc.status_code, headers=headers)
 
 
+def payload_too_large_body() -> dict:
+    """The 413 for a body over DATA_UPLOAD_MAX_MEMORY_SIZE (PAPERCLIP_MAX_REQUEST_BYTES)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return error_body("payload_too_large", f"Request bodies are limited to {limit} bytes.", {"maxBytes": limit})
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):  # raised by Django when the parser reads request.body
+        return Response(payload_too_large_body(), status=413)
     if isinstance(exc, ApiError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
     if isinstance(exc, Http404):

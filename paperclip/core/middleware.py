@@ -1,4 +1,5 @@
-"""The console's current company.
+"""Project middleware: the console's current company, and the API's guard against hostile input
+(:class:`ApiInputGuardMiddleware`).
 
 For a logged-in user ``request.user_companies`` lists the companies the user belongs to
 (every company for a superuser) and ``request.company`` is the one selected in the session
@@ -6,6 +7,10 @@ For a logged-in user ``request.user_companies`` lists the companies the user bel
 calling the API with a bearer key, get ``None`` and ``()`` without touching the database.
 """
 from django.apps import apps
+from django.core.exceptions import RequestDataTooBig
+from django.http import JsonResponse
+
+from .errors import error_body, payload_too_large_body
 
 SESSION_KEY = "company_id"
 
@@ -36,3 +41,43 @@ class CurrentCompanyMiddleware:
                 companies[0] if companies else None
             )
         return self.get_response(request)
+
+
+class ApiInputGuardMiddleware:
+    """Hostile input on ``/api/`` answered in the API's error shape before any view runs:
+
+    * a NUL (``%00``) in the path or in a query parameter is a 400 naming it: PostgreSQL's text
+      type refuses NUL, so it would otherwise fail inside a lookup as a 500;
+    * a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` raised by a plain (non-DRF) view reading
+      ``request.body`` is a 413 ``payload_too_large`` instead of Django's HTML "Bad Request"
+      (DRF views get the same answer from the exception handler in paperclip.core.errors).
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path_info.startswith("/api/"):
+            refused = _nul_in_request(request)
+            if refused is not None:
+                return refused
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if isinstance(exception, RequestDataTooBig) and request.path_info.startswith("/api/"):
+            return JsonResponse(payload_too_large_body(), status=413)
+        return None
+
+
+def _nul_in_request(request):
+    message = "Contains a NUL character, which is not allowed."
+    if "\x00" in request.path_info:
+        return JsonResponse(error_body("validation_error", "Invalid input.", {"path": [message]}), status=400)
+    query = request.META.get("QUERY_STRING", "")
+    if "%00" not in query and "\x00" not in query:
+        return None  # the common case: no parsing of the query string here
+    bad = sorted({key for key, values in request.GET.lists() if "\x00" in key or any("\x00" in v for v in values)})
+    if bad:
+        details = {key.replace("\x00", "\\u0000"): [message] for key in bad}
+        return JsonResponse(error_body("validation_error", "Invalid input.", details), status=400)
+    return None
