@@ -50,6 +50,13 @@ def company(db):
 
 
 @pytest.fixture
+def cases_company(company):
+    company.enable_cases = True
+    company.save()
+    return company
+
+
+@pytest.fixture
 def make_agent_client(db):
     def make(agent=None, *, company=None, with_run=True, **agent_kwargs):
         if agent is None:

@@ -23,13 +23,6 @@ PROMPT_B = "# Review\n\nCheck every fact against its source.\n"
 
 
 @pytest.fixture
-def cases_company(company):
-    company.enable_cases = True
-    company.save()
-    return company
-
-
-@pytest.fixture
 def agents(cases_company, make_agent_client):
     """Two agents of the company, each with a key (runs are attached per step)."""
     return [make_agent_client(AgentFactory(company=cases_company, name=name), with_run=False)

@@ -26,13 +26,6 @@ from tests.factories import CompanyFactory, IssueFactory, MembershipFactory, Pro
 MULTI = "aé€😀"  # 1, 2, 3 and 4 bytes in UTF-8
 
 
-@pytest.fixture
-def cases_company(company):
-    company.enable_cases = True
-    company.save()
-    return company
-
-
 def make_case(company, *, title="Review the contract", fields=None, workflow_text="w", **kwargs):
     case, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=title, kickoff="k",
                           workflow_document_text=workflow_text, fields=fields or {}, **kwargs)

@@ -20,13 +20,6 @@ def body(**overrides):
     return data
 
 
-@pytest.fixture
-def cases_company(company):
-    company.enable_cases = True
-    company.save()
-    return company
-
-
 def cases_url(company, suffix=""):
     return f"/api/companies/{company.pk}/cases{suffix}"
 

@@ -13,13 +13,6 @@ WORKFLOW = "# Intake\n\nCollect the facts.\n"
 
 
 @pytest.fixture
-def cases_company(company):
-    company.enable_cases = True
-    company.save()
-    return company
-
-
-@pytest.fixture
 def ada(make_agent_client, company):
     return make_agent_client(AgentFactory(company=company, name="ada"))
 

@@ -31,6 +31,7 @@ from issues.models import (
 )
 from paperclip.core.parsers import json_depth_exceeds
 from tests.factories import AgentFactory, IssueFactory, MembershipFactory, RunFactory
+from tests.test_errors import assert_error
 
 BIGINT_MAX = 2**63 - 1
 EXPECTED = ["todo", "backlog", "blocked", "in_review"]
@@ -39,25 +40,6 @@ GITHUB_FIXTURES = Path(DEFAULT_FIXTURES_DIR)
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def assert_error(response, status, code=None, fields=()):
-    """The one error shape; each of ``fields`` is named in details with a non-empty message."""
-    assert response.status_code == status, (response.status_code, response.content[:600])
-    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
-    body = response.json()
-    assert set(body) == {"error"}, body
-    error = body["error"]
-    assert set(error) == {"code", "message", "details"}, body
-    assert isinstance(error["code"], str) and error["code"], body
-    assert isinstance(error["message"], str) and error["message"].strip(), body
-    assert isinstance(error["details"], dict), body
-    if code is not None:
-        assert error["code"] == code, body
-    for name in fields:
-        assert name in error["details"], (name, body)
-        assert error["details"][name], (name, body)
-    return error
 
 
 SNAPSHOT_MODELS = (Company, Agent, Issue, Comment, Interaction, ActivityLog, HeartbeatRun, RunEvent, Case, CaseEvent,
