@@ -70,14 +70,14 @@ SNAPSHOT_MODELS = (Company, Issue, IssueRelation, Comment, Document, DocumentRev
                    HeartbeatRun, WakeupRequest)
 
 
-def db_snapshot():
-    return {m.__name__: list(m.objects.order_by("pk").values()) for m in SNAPSHOT_MODELS}
+def db_snapshot(models=SNAPSHOT_MODELS):
+    return {m: list(m.objects.order_by("pk").values()) for m in models}
 
 
 def assert_unchanged(before):
-    after = db_snapshot()
-    for name, rows in before.items():
-        assert after[name] == rows, f"{name} changed ({len(rows)} -> {len(after[name])} rows)"
+    after = db_snapshot(tuple(before))
+    for model, rows in before.items():
+        assert after[model] == rows, f"{model.__name__} changed ({len(rows)} -> {len(after[model])} rows)"
 
 
 def fast_user(username):

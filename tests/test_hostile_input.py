@@ -31,7 +31,8 @@ from issues.models import (
 )
 from paperclip.core.parsers import json_depth_exceeds
 from tests.factories import AgentFactory, IssueFactory, MembershipFactory, RunFactory
-from tests.test_errors import assert_error
+from tests.test_errors import assert_error, assert_unchanged
+from tests.test_errors import db_snapshot as errors_db_snapshot
 
 BIGINT_MAX = 2**63 - 1
 EXPECTED = ["todo", "backlog", "blocked", "in_review"]
@@ -47,13 +48,7 @@ SNAPSHOT_MODELS = (Company, Agent, Issue, Comment, Interaction, ActivityLog, Hea
 
 
 def db_snapshot():
-    return {m.__name__: list(m.objects.order_by("pk").values()) for m in SNAPSHOT_MODELS}
-
-
-def assert_unchanged(before):
-    after = db_snapshot()
-    for name, rows in before.items():
-        assert after[name] == rows, f"{name} changed ({len(rows)} -> {len(after[name])} rows)"
+    return errors_db_snapshot(SNAPSHOT_MODELS)
 
 
 def post_raw(client, path, raw, method="post", **extra):

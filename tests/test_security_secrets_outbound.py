@@ -299,7 +299,6 @@ def test_the_connection_goes_to_the_checked_address(listener, settings, monkeypa
 
 def test_a_redirect_to_a_denied_address_is_not_followed(settings):
     settings.PAPERCLIP = {**settings.PAPERCLIP, **LOOPBACK_OUTBOUND}
-    target = Listener()
     redirector = Listener(redirect_to="http://169.254.169.254/latest/meta-data/")
     try:
         with guarded_client(timeout=5) as client:
@@ -309,7 +308,6 @@ def test_a_redirect_to_a_denied_address_is_not_followed(settings):
             guarded_client(follow_redirects=True)
     finally:
         redirector.close()
-        target.close()
 
 
 # --- agent adapter configuration obeys the same rules --------------------------------------------

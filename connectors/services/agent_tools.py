@@ -30,7 +30,7 @@ from issues.exceptions import Forbidden, InvalidInput, NotCheckoutOwner
 from issues.models import Issue
 from issues.selectors import list_window
 from issues.services.activity import activity_record
-from issues.services.issues import ensure_owning_run
+from issues.services.fences import ensure_owning_run
 
 log = logging.getLogger("connectors.agent_tools")
 

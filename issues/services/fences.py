@@ -21,9 +21,7 @@ from issues.actors import Actor
 from issues.choices import IssueStatus
 from issues.exceptions import NotCheckoutOwner, NotYourIssue
 from issues.models import Agent, HeartbeatRun, Issue
-
-MAX_CHAIN = 50  # reports_to walks stop here (the model forbids self-management, not longer loops)
-
+from issues.selectors import chain_of_command
 
 def _sid(value):
     return str(value) if value else None
@@ -34,7 +32,7 @@ def lock_details(actor: Actor, issue: Issue) -> dict:
     holder_run_id = issue.checkout_run_id or issue.execution_run_id
     holder_agent_id = (HeartbeatRun.objects.filter(pk=holder_run_id).values_list("agent_id", flat=True).first()
                        if holder_run_id else None)
-    run = actor._run if actor.is_agent else None
+    run = actor.run if actor.is_agent else None
     return {
         "issueId": str(issue.pk),
         "status": issue.status,
@@ -62,16 +60,8 @@ def ensure_owning_run(actor: Actor, issue: Issue):
 
 def manages(agent: Agent, other_agent_id) -> bool:
     """True when ``agent`` is above ``other_agent_id`` in its chain of command."""
-    if other_agent_id is None:
-        return False
-    cursor = Agent.objects.filter(pk=other_agent_id).values_list("reports_to_id", flat=True).first()
-    seen = set()
-    while cursor is not None and cursor not in seen and len(seen) < MAX_CHAIN:
-        if cursor == agent.pk:
-            return True
-        seen.add(cursor)
-        cursor = Agent.objects.filter(pk=cursor).values_list("reports_to_id", flat=True).first()
-    return False
+    other = Agent.objects.filter(pk=other_agent_id).first() if other_agent_id else None
+    return other is not None and any(boss.pk == agent.pk for boss in chain_of_command(other))
 
 
 def agent_may_change(agent: Agent, issue: Issue) -> bool:

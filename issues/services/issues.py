@@ -23,7 +23,7 @@ from issues.selectors import walk_up
 from issues.workspaces.service import new_issue_workspace_fields
 
 from .activity import activity_record
-from .fences import ensure_may_change, ensure_owning_run  # ensure_owning_run is also imported from here
+from .fences import ensure_may_change, ensure_owning_run
 from .lookups import assignable_agent, company_object
 from .wakeups import wake_assignee
 

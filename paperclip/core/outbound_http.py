@@ -181,7 +181,8 @@ class _GuardedBackend(httpcore.SyncBackend):
 
 class GuardedTransport(httpx.HTTPTransport):
     def __init__(self, *, policy: OutboundPolicy | None = None, verify=True, limits=httpx.Limits()):
-        super().__init__(verify=verify, trust_env=False, limits=limits)
+        # HTTPTransport.__init__ only builds its pool; ours is built here, once, with the guarded
+        # network backend (calling it too would load the CA bundle twice per client).
         self.policy = policy or OutboundPolicy.from_settings()
         self._pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),

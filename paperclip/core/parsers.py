@@ -115,7 +115,8 @@ def nul_errors(data) -> dict:
         errors = {}
         for key, value in data.items():
             if "\x00" in key:
-                errors.setdefault("non_field_errors", [f"A field name {NUL_MESSAGE[0].lower()}{NUL_MESSAGE[1:]}"])
+                errors.setdefault("non_field_errors", ["A field name contains a NUL character (\\u0000), "
+                                                           "which cannot be stored."])
             elif has_nul(value):
                 errors[key] = [NUL_MESSAGE]
         return errors
