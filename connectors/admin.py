@@ -19,7 +19,6 @@ from .models import (
     SyncCursor,
     SyncError,
     TaskLink,
-    WorkflowPolicyCache,
 )
 
 
@@ -161,10 +160,3 @@ class InterventionAdmin(ReadOnlyAdmin):
     list_display = ("action", "target_id", "instance", "actor_user", "idempotency_key", "at")
     list_filter = ("action",)
 
-
-@admin.register(WorkflowPolicyCache)
-class WorkflowPolicyCacheAdmin(ReadOnlyAdmin):
-    """The last good workflow policy per project and source (§9.5), and the last invalid one reported."""
-    list_display = ("project", "source", "content_hash", "loaded_at", "error_hash")
-    list_filter = ("source",)
-    search_fields = ("project__name", "last_error")

@@ -122,6 +122,8 @@ class InteractionStatus(models.TextChoices):
 class ApprovalType(models.TextChoices):
     HIRE_AGENT = "hire_agent"
     APPROVE_STRATEGY = "approve_ceo_strategy"
+    BUDGET_OVERRIDE = "budget_override_required"
+    REQUEST_BOARD_APPROVAL = "request_board_approval"
     GENERIC = "generic"
 
 
@@ -191,6 +193,15 @@ class RunLiveness(models.TextChoices):
 
 # Only these may enqueue a liveness continuation (Heartbeat Protocol, run liveness).
 CONTINUABLE_LIVENESS = (RunLiveness.PLAN_ONLY, RunLiveness.EMPTY_RESPONSE)
+
+
+class RunResultStatus(models.TextChoices):
+    """The worker's output contract (seed 003): how the agent says its run ended."""
+
+    DONE = "done"
+    HANDOFF = "handoff"
+    FAILED = "failed"
+    ABORTED = "aborted"
 
 
 class RunEventKind(models.TextChoices):

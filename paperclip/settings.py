@@ -191,6 +191,12 @@ PAPERCLIP = {
     "RUN_MAX_RETRIES": env.int("PAPERCLIP_RUN_MAX_RETRIES", default=3),
     "RUN_MAX_CONTINUATIONS": env.int("PAPERCLIP_RUN_MAX_CONTINUATIONS", default=2),
     "RUN_TIMEOUT_SECONDS": env.int("PAPERCLIP_RUN_TIMEOUT_SECONDS", default=3600),
+    # A process run with no output and no API activity this long is stopped and retried (0 = off).
+    "RUN_STALL_TIMEOUT_SECONDS": env.int("PAPERCLIP_RUN_STALL_TIMEOUT_SECONDS", default=300),
+    # Running runs per project at once (Symphony agent.max_concurrent_agents; 0 = no project limit).
+    "RUN_MAX_CONCURRENT_AGENTS": env.int("PAPERCLIP_RUN_MAX_CONCURRENT_AGENTS", default=0),
+    # API calls made with a run's key (or naming the run) count as its liveness, one write per this.
+    "RUN_ACTIVITY_THROTTLE_SECONDS": env.int("PAPERCLIP_RUN_ACTIVITY_THROTTLE_SECONDS", default=15),
     # Execution workspaces.
     "WORKSPACE_ROOT": env("PAPERCLIP_WORKSPACE_ROOT", default=str(VAR_DIR / "workspaces")),
     "WORKSPACE_RETENTION_SECONDS": env.int("PAPERCLIP_WORKSPACE_RETENTION_SECONDS", default=24 * 3600),

@@ -10,7 +10,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from connectors.models import SyncError, WorkflowPolicyCache
+from connectors.models import SyncError
+from issues.models import WorkflowDocumentCache
 from connectors.services.task_packet import DEFAULT_TEMPLATE
 from connectors.services.workflow_policy import PolicyInvalid, parse_document
 from issues.models import Project
@@ -140,7 +141,7 @@ def test_a_url_repository_is_never_fetched(dispatch, project):
     Project.objects.filter(pk=project.pk).update(repository="https://git.invalid/acme/backend.git")
     _, wake = dispatch(1)
     assert wake.context["workflowSource"] == "default"
-    assert not WorkflowPolicyCache.objects.exists()
+    assert not WorkflowDocumentCache.objects.exists()
 
 
 # --- Symphony compatibility -------------------------------------------------------------------------
@@ -223,7 +224,7 @@ def test_invalid_yaml_keeps_the_last_good_project_policy_and_reports_it_once(set
     set_document(project, good)
     _, wake = dispatch(1)
     assert wake.context["taskPacket"].startswith("Good acme/tracker#1 turns 2\n")
-    stored = WorkflowPolicyCache.objects.get(project=project, source="project")
+    stored = WorkflowDocumentCache.objects.get(project=project, source="project")
     assert stored.content_hash == sha(good) and stored.front_matter == {"agent": {"max_turns": 2}}
 
     bad = "---\nagent: [unclosed\n---\nBad {{ issue.identifier }}"

@@ -14,7 +14,7 @@ is the policy config (``workflow.config`` in the packet); the template is the bo
 layer whose body is not empty, so a document with front matter only keeps the next layer's prompt.
 
 An invalid document (bad YAML, front matter that is not a mapping, a Liquid syntax error) never
-reaches an agent: the last good version of that source (stored in ``WorkflowPolicyCache``, so it
+reaches an agent: the last good version of that source (stored in ``WorkflowDocumentCache``, so it
 survives restarts and is shared by workers) stays in force, and one CONFIG health entry reports
 each invalid version. With no good version yet, the source is skipped. Policy is additive guidance:
 it only chooses the packet template and run guidance, never host rules (see ``task_packet``).
@@ -34,7 +34,8 @@ from liquid import Environment, StrictUndefined
 from liquid.exceptions import LiquidError
 
 from connectors.choices import ErrorCategory
-from connectors.models import TaskLink, WorkflowPolicyCache
+from connectors.models import TaskLink
+from issues.models import WorkflowDocumentCache
 
 from .common import sync_error_record
 
@@ -176,7 +177,7 @@ class _Loaded:
 def _load(*, project, source: str, text: str | None, link: TaskLink) -> _Loaded | None:
     """One workflow document through the last-good cache. A missing or blank document is absent
     (and forgets its cache, so a later invalid version cannot bring an old one back)."""
-    cache = WorkflowPolicyCache.objects.filter(project=project, source=source)
+    cache = WorkflowDocumentCache.objects.filter(project=project, source=source)
     if not (text or "").strip():
         cache.delete()
         return None
@@ -192,7 +193,7 @@ def _load(*, project, source: str, text: str | None, link: TaskLink) -> _Loaded 
         except PolicyInvalid as exc:
             row = _report_invalid(project=project, source=source, version=version, exc=exc, row=row, link=link)
         else:
-            WorkflowPolicyCache.objects.update_or_create(
+            WorkflowDocumentCache.objects.update_or_create(
                 project=project, source=source,
                 defaults={"company_id": project.company_id, "content_hash": version, "front_matter": document.config,
                           "template": document.template, "loaded_at": timezone.now(), "error_hash": "",
@@ -203,7 +204,7 @@ def _load(*, project, source: str, text: str | None, link: TaskLink) -> _Loaded 
     return None
 
 
-def _report_invalid(*, project, source, version, exc: PolicyInvalid, row, link: TaskLink) -> WorkflowPolicyCache:
+def _report_invalid(*, project, source, version, exc: PolicyInvalid, row, link: TaskLink) -> WorkflowDocumentCache:
     """One CONFIG health entry per invalid version of a source; remembered on the cache row."""
     kept = row.content_hash if row else ""
     outcome = (f"the last good version {kept[:12]} stays in force" if kept
@@ -214,7 +215,7 @@ def _report_invalid(*, project, source, version, exc: PolicyInvalid, row, link: 
                 f"({exc.code}: {exc.reason}); {outcome}.",
         details={"workflowSource": source, "projectId": str(project.pk), "code": exc.code,
                  "invalidVersion": version, "lastGoodVersion": kept or None})
-    row, _ = WorkflowPolicyCache.objects.update_or_create(
+    row, _ = WorkflowDocumentCache.objects.update_or_create(
         project=project, source=source,
         defaults={"company_id": project.company_id, "error_hash": version, "last_error": str(exc)[:2000],
                   **({} if row else {"content_hash": "", "loaded_at": timezone.now()})})

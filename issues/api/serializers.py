@@ -234,6 +234,7 @@ class RunSerializer(serializers.Serializer):
     sourceRunId = serializers.UUIDField(source="source_run_id", allow_null=True)
     scheduledFor = serializers.DateTimeField(source="scheduled_for", allow_null=True)
     lastHeartbeatAt = serializers.DateTimeField(source="last_heartbeat_at", allow_null=True)
+    lastActivityAt = serializers.DateTimeField(source="last_activity_at", allow_null=True)
     exitCode = serializers.IntegerField(source="exit_code", allow_null=True)
     error = serializers.CharField()
     stopRequested = serializers.SerializerMethodField()
@@ -241,6 +242,14 @@ class RunSerializer(serializers.Serializer):
     usage = serializers.SerializerMethodField()
     workspaceId = serializers.UUIDField(source="workspace_id", allow_null=True)
     context = serializers.JSONField()
+    result = serializers.SerializerMethodField()
+
+    def get_result(self, run) -> dict | None:
+        """The worker's output contract (seed 003), when the agent reported one."""
+        if not run.result_status:
+            return None
+        return {"status": run.result_status, "finalState": run.result_final_state or None,
+                "prUrl": run.result_pr_url or None, "summary": run.result_summary}
 
     def get_stopRequested(self, run) -> bool:
         return run.stop_requested_at is not None

@@ -5,6 +5,7 @@ from .company import Company, Goal, Membership, Project
 from .issue import Issue, IssueRelation
 from .run import ExecutionWorkspace, HeartbeatRun, RunEvent, WakeupRequest
 from .thread import Comment, Document, DocumentRevision, Interaction, WorkProduct
+from .workflow import WorkflowDocumentCache
 
 __all__ = [
     "ActivityLog",
@@ -27,4 +28,5 @@ __all__ = [
     "RunEvent",
     "WakeupRequest",
     "WorkProduct",
+    "WorkflowDocumentCache",
 ]

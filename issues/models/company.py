@@ -62,7 +62,11 @@ class Project(UUIDModel):
     branch_template = models.CharField(max_length=200, default="paperclip/{identifier}")
     workspace_hooks = models.JSONField(default=dict, blank=True,
                                        help_text="after_create, before_run, after_run, before_remove shell commands.")
-    hook_timeout_seconds = models.PositiveIntegerField(default=120)
+    # Empty = not set here: the workflow document's hooks.timeout_ms, then the global default.
+    hook_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Run knobs set on the project (camelCase, see issues.workflow.settings); they beat the workflow
+    # document's front matter, which beats the global defaults.
+    run_settings = models.JSONField(default=dict, blank=True)
     # Workflow policy (External Task Protocol §9.5, layer 1): beats the repository's WORKFLOW.md.
     workflow_document = models.TextField(
         blank=True, help_text="WORKFLOW.md format: optional YAML front matter + Liquid body. Shapes the task packet "

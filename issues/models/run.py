@@ -7,6 +7,7 @@ from issues.choices import (
     LIVE_RUN_STATUSES,
     RunEventKind,
     RunLiveness,
+    RunResultStatus,
     RunStatus,
     WakeSource,
     WakeStatus,
@@ -42,6 +43,9 @@ class HeartbeatRun(UUIDModel):
     pid = models.IntegerField(null=True, blank=True)
     adapter_type = models.CharField(max_length=16, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Real work seen (output, API calls), unlike last_heartbeat_at which a quiet live pid refreshes:
+    # stall detection reads this one.
+    last_activity_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     stop_reason = models.CharField(max_length=200, blank=True)
@@ -53,6 +57,11 @@ class HeartbeatRun(UUIDModel):
         "issues.ExecutionWorkspace", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     event_seq = models.PositiveBigIntegerField(default=0, help_text="Last RunEvent sequence number.")
+    # The worker's output contract (seed 003): PAPERCLIP_RESULT or a final heartbeat.
+    result_status = models.CharField(max_length=16, choices=RunResultStatus.choices, blank=True)
+    result_final_state = models.CharField(max_length=100, blank=True)
+    result_pr_url = models.URLField(max_length=1000, blank=True)
+    result_summary = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -65,6 +74,8 @@ class HeartbeatRun(UUIDModel):
             choices_check("invocation_source", WakeSource, "run_invocation_source_valid"),
             models.CheckConstraint(condition=Q(liveness="") | Q(liveness__in=RunLiveness.values),
                                    name="run_liveness_valid"),
+            models.CheckConstraint(condition=Q(result_status="") | Q(result_status__in=RunResultStatus.values),
+                                   name="run_result_status_valid"),
             models.CheckConstraint(
                 condition=Q(status__in=LIVE_RUN_STATUSES) | Q(finished_at__isnull=False),
                 name="run_terminal_has_finished_at",
