@@ -123,8 +123,9 @@ class Fixtures:
     def agent(company, name: str, runtime_config=None):
         from issues.services.companies import agent_create
 
+        # A valid process config (agent_create validates it); the bench never starts the process.
         return agent_create(company=company, name=name, role="engineer", adapter_type="process",
-                            runtime_config=runtime_config)
+                            adapter_config={"command": ["true"]}, runtime_config=runtime_config)
 
 
 # ------------------------------------------------------------------------------ thread harness

@@ -16,3 +16,11 @@ class ConnectorsConfig(AppConfig):
 
         register_dashboard_panel(dashboard_panel)
         register_issue_panel(issue_link_panel)
+
+        # Connector defaults for the host's workflow settings, health for invalid documents (§9.5).
+        from issues.workflow.effective import register_defaults_provider, register_invalid_listener
+
+        from .services.workflow_policy import host_workflow_defaults, host_workflow_invalid
+
+        register_defaults_provider(host_workflow_defaults)
+        register_invalid_listener(host_workflow_invalid)

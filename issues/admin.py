@@ -7,11 +7,14 @@ status timestamps, lock clearing, activity log), API keys are only created by
 ``agent_api_key_create`` and revoked by ``agent_api_key_revoke``. The audit trail, document
 revisions and the run machinery are read-only here.
 """
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
+from django.utils.html import format_html, format_html_join
 
 from issues.actors import Actor
 from issues.exceptions import ApiError, InvalidInput
@@ -35,6 +38,7 @@ from issues.models import (
     Project,
     RunEvent,
     WakeupRequest,
+    WorkflowDocumentCache,
     WorkProduct,
 )
 from issues.services.agents import adapter_config_validate
@@ -121,21 +125,54 @@ class MembershipAdmin(admin.ModelAdmin):
     readonly_fields = ("created_at",)
 
 
+class ProjectAdminForm(forms.ModelForm):
+    class Meta:
+        model = Project
+        fields = "__all__"
+
+    def clean_run_settings(self):
+        from issues.services.run_policy import KNOBS
+
+        value = self.cleaned_data.get("run_settings")
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("An object of run settings, e.g. {\"stallTimeoutSeconds\": 600}.")
+        known = {key for key, _default in KNOBS.values()}
+        errors = [f"{key}: unknown setting (known: {', '.join(sorted(known))})." for key in value if key not in known]
+        errors += [f"{key}: must be an integer of 0 or more." for key, v in value.items()
+                   if key in known and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0)]
+        if errors:
+            raise forms.ValidationError(errors)
+        return value
+
+
+def _settings_rows(rows) -> str:
+    return format_html_join("", "<tr><td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>", rows)
+
+
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
+    form = ProjectAdminForm
     list_display = ("name", "company", "status", "updated_at")
     list_filter = ("status", "company")
     search_fields = ("name", "description")
     list_select_related = ("company",)
     autocomplete_fields = ("company",)
-    readonly_fields = AUDIT_FIELDS
+    readonly_fields = (*AUDIT_FIELDS, "effective_run_settings")
     fieldsets = (
         (None, {"fields": ("company", "name", "description", "status")}),
         ("Execution workspace", {"fields": ("workspace_strategy", "repository", "base_ref", "branch_template",
-                                            "workspace_hooks", "hook_timeout_seconds")}),
+                                            "workspace_hooks", "hook_timeout_seconds"), "description": (
+            "A hook set here beats the workflow document's hooks.* (an empty command turns that hook off); an empty "
+            "hook timeout means the document's hooks.timeout_ms, then 120 seconds.")}),
+        ("Run settings", {"fields": ("run_settings", "effective_run_settings"), "description": (
+            "Precedence per knob: the agent's runtime config, then these project settings (camelCase, e.g. "
+            "stallTimeoutSeconds), then the workflow document's front matter, then the global default.")}),
         ("Workflow policy", {"fields": ("workflow_document",), "description": (
             "Project workflow document (highest precedence, then the repository's WORKFLOW.md, then the connector "
-            "default). Invalid YAML or Liquid keeps the last good version and is reported in connector health.")}),
+            "default). Invalid YAML or Liquid, or a known setting of the wrong type, keeps the last good version "
+            "and is reported once (connector health and the activity log).")}),
         ("Audit", {"fields": AUDIT_FIELDS, "classes": ("collapse",)}),
     )
 
@@ -144,6 +181,45 @@ class ProjectAdmin(admin.ModelAdmin):
         if db_field.name == "workflow_document":  # a document, not a note: room and a monospace font
             field.widget.attrs.update({"rows": 24, "cols": 100, "style": "font-family: monospace"})
         return field
+
+    @admin.display(description="Effective run settings")
+    def effective_run_settings(self, obj):
+        """Each knob with its value and source, the document in force, its keys the host does not
+        apply and the last invalid version's error. Read-only."""
+        from issues.services.run_policy import KNOBS, run_policy_and_document
+        from issues.workflow.document import SOURCE_LABELS
+        from issues.workflow.effective import last_errors
+        from issues.workflow.settings import HOOK_NAMES, describe
+
+        if obj is None or obj.pk is None:
+            return "Shown once the project is saved."
+        policy, document = run_policy_and_document(agent=None, project=obj)
+        knobs = [(f"{name} ({key})", getattr(policy, name), policy.sources[name]) for name, (key, _d) in KNOBS.items()]
+        knobs.append(("hook_timeout_seconds", policy.hook_timeout_seconds, policy.sources["hook_timeout_seconds"]))
+        knobs += [(f"hooks.{name}", _short(str(policy.hooks[name]), 120), policy.sources[f"hooks.{name}"])
+                  for name in HOOK_NAMES if name in policy.hooks]
+        view = describe(document.config)
+        if document.source:
+            origin = format_html("Workflow document in force: {} {}{}.", SOURCE_LABELS.get(document.source,
+                                 document.source), document.version[:12],
+                                 " (the last good version: a newer one is invalid)" if document.stale else "")
+        else:
+            origin = "No workflow document: project settings and global defaults apply."
+        parts = [format_html("<p>{}</p>", origin),
+                 format_html('<table><thead><tr><th>Setting</th><th>Value</th><th>Source</th></tr></thead>'
+                             "<tbody>{}</tbody></table>", _settings_rows(knobs))]
+        for title, keys in (("Recognised, not applied by the host", view.recognised),
+                            ("Unknown keys (kept, not applied)", view.unknown)):
+            if keys:
+                rows = [(key, _short(json.dumps(value), 120), "") for key, value in keys.items()]
+                parts.append(format_html("<p><strong>{}</strong></p><table><tbody>{}</tbody></table>", title,
+                                         _settings_rows(rows)))
+        for error in last_errors(obj):
+            kept = (f"version {error['lastGoodVersion'][:12]} stays in force" if error["lastGoodVersion"]
+                    else "no valid version yet")
+            parts.append(format_html('<p class="errornote">Invalid {} version {}: {} ({}).</p>', error["label"],
+                                     error["invalidVersion"][:12], error["error"], kept))
+        return format_html_join("", "{}", ((part,) for part in parts))
 
 
 @admin.register(Goal)
@@ -529,6 +605,27 @@ class ExecutionWorkspaceAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("strategy", "status", "company")
     search_fields = ("key", "path", "branch", "source_issue__identifier")
     list_select_related = ("company", "project", "source_issue")
+
+
+@admin.register(WorkflowDocumentCache)
+class WorkflowDocumentCacheAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """The last good workflow document per project and source, kept by the host (issues.workflow)."""
+
+    list_display = ("project", "source", "short_version", "loaded_at", "has_error")
+    list_filter = ("source", "company")
+    search_fields = ("project__name", "content_hash", "last_error")
+    list_select_related = ("project",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # deleting a row would drop the last good version an invalid edit falls back to
+
+    @admin.display(description="version")
+    def short_version(self, obj):
+        return obj.content_hash[:12] or "—"
+
+    @admin.display(description="invalid version reported", boolean=True)
+    def has_error(self, obj):
+        return bool(obj.error_hash)
 
 
 # --- audit -------------------------------------------------------------------------------------------

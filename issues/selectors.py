@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q
 
 from issues.actors import Actor
+from issues.choices import TERMINAL_ISSUE_STATUSES
 from issues.exceptions import InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
 from issues.models import Agent, Approval, Comment, Document, HeartbeatRun, Issue, RunEvent
@@ -59,8 +60,9 @@ def ancestors(issue: Issue) -> list[Issue]:
 
 def open_blockers(issue: Issue) -> list[Issue]:
     return list(
+        # A cancelled blocker counts as resolved, as a done one does (wake_triggers, checkout).
         Issue.objects.filter(outgoing_relations__related_issue=issue, outgoing_relations__kind="blocks")
-        .exclude(status="done")
+        .exclude(status__in=TERMINAL_ISSUE_STATUSES)
         .order_by("created_at")
     )
 
@@ -274,3 +276,102 @@ def run_log_tail(*, run: HeartbeatRun, after: int | None = None, tail: int = 200
     if after is not None:
         return list(qs.filter(seq__gt=after).order_by("seq")[:1000])
     return list(reversed(qs.order_by("-seq")[:tail]))
+
+
+# --- approvals --------------------------------------------------------------------------------------
+
+# Approvals still waiting for the board (upstream lifecycle: a revision request waits for a resubmit).
+APPROVAL_OPEN_STATUSES = ("pending", "revision_requested")
+
+
+def approval_list(*, company, status: str | None = None):
+    """The company's approvals, open ones first (pending, then revision requested), newest first."""
+    from django.db.models import Case, IntegerField, Prefetch, Value, When
+
+    from issues.models import ApprovalIssue
+
+    qs = Approval.objects.filter(company=company)
+    if status:
+        qs = qs.filter(status=status)
+    rank = Case(When(status="pending", then=Value(0)), When(status="revision_requested", then=Value(1)),
+                default=Value(2), output_field=IntegerField())
+    links = Prefetch("issue_links", queryset=ApprovalIssue.objects.order_by("created_at", "id"))
+    return (qs.select_related("requested_by_agent", "requested_by_user", "decided_by_user")
+            .prefetch_related(links).annotate(open_rank=rank).order_by("open_rank", "-created_at", "id"))
+
+
+def approval_issues(approval: Approval) -> list[Issue]:
+    """The linked issues in the order they were linked (the first one is the approval's task)."""
+    return list(Issue.objects.filter(approval_links__approval=approval).select_related(*ISSUE_RELATED)
+                .order_by("approval_links__created_at", "approval_links__id"))
+
+
+def approval_history(approval: Approval):
+    """The approval's audit rows (created, decided, resubmitted), oldest first."""
+    from issues.models import ActivityLog
+
+    return (ActivityLog.objects.filter(company_id=approval.company_id, entity_type="approval",
+                                       entity_id=str(approval.pk))
+            .select_related("actor_agent", "actor_user").order_by("created_at", "id"))
+
+
+def issue_awaiting_approval(issue: Issue) -> bool:
+    """A pending or revision-requested approval is linked to the issue (§9.1.3: keeps dispatch waiting)."""
+    return Approval.objects.filter(issue_links__issue=issue, status__in=APPROVAL_OPEN_STATUSES).exists()
+
+
+# --- pending wakes and run lists (issue #13: a pending wake is observable) -------------------------
+
+WAKE_LIST_LIMIT = 100  # pending wakes / live runs shown to one agent
+LIVE_RUNS_LIMIT = 500  # a company's live runs (agents x concurrency; bounded anyway)
+RUN_LIST_DEFAULT_LIMIT, RUN_LIST_MAX_LIMIT = 200, 1000  # upstream heartbeat-runs bounds
+
+
+def agent_pending_wakes(*, agent) -> list:
+    """The agent's wakes that have not started: queued, deferred behind another run's lock, or
+    claimed by a run that is still queued / waiting for its retry. Newest first, one query."""
+    from issues.choices import RunStatus, WakeStatus
+    from issues.models import WakeupRequest
+
+    waiting = Q(status__in=(WakeStatus.QUEUED, WakeStatus.DEFERRED_ISSUE_EXECUTION)) | Q(
+        status=WakeStatus.CLAIMED, run__status__in=(RunStatus.QUEUED, RunStatus.SCHEDULED_RETRY))
+    return list(WakeupRequest.objects.filter(agent=agent).filter(waiting).order_by("-created_at", "-id")
+                [:WAKE_LIST_LIMIT])
+
+
+def agent_live_runs(*, agent) -> list[HeartbeatRun]:
+    """The agent's queued, scheduled-retry and running runs, newest first, one query."""
+    from issues.choices import LIVE_RUN_STATUSES
+
+    return list(HeartbeatRun.objects.filter(agent=agent, status__in=LIVE_RUN_STATUSES)
+                .order_by("-created_at", "-id")[:WAKE_LIST_LIMIT])
+
+
+def company_runs(*, company, params) -> list[HeartbeatRun]:
+    """``GET /companies/{id}/heartbeat-runs?agentId=&limit=``: newest first, ``limit`` 1-1000
+    (default 200). The context is not loaded (packets can be large); its ``wakeReasons`` is."""
+    from django.db.models.fields.json import KeyTransform
+
+    limit = RUN_LIST_DEFAULT_LIMIT
+    if params.get("limit") is not None:
+        limit = bounded_int(params["limit"], "limit", minimum=1, maximum=RUN_LIST_MAX_LIMIT)
+    qs = HeartbeatRun.objects.filter(company=company)
+    if params.get("agentId"):
+        agent_id = _uuid_or_error(params["agentId"], "agentId")
+        if not Agent.objects.filter(pk=agent_id, company=company).exists():
+            # Another company's agent is a 404 like any other foreign id (never an empty page).
+            raise NotFound("Agent not found.", details={"agentId": ["No such agent in this company."]})
+        qs = qs.filter(agent_id=agent_id)
+    return list(qs.defer("context").annotate(wake_reasons=KeyTransform("wakeReasons", "context"))
+                .order_by("-created_at", "-id")[:limit])
+
+
+def company_live_runs(*, company) -> list[HeartbeatRun]:
+    """``GET /companies/{id}/live-runs``: queued and running runs with their agent's name, one query."""
+    from issues.choices import RunStatus
+
+    return list(HeartbeatRun.objects.filter(company=company, status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
+                .select_related("agent").only(
+                    "id", "status", "invocation_source", "started_at", "finished_at", "created_at", "agent_id",
+                    "agent__name", "adapter_type", "issue_id")
+                .order_by("-created_at", "-id")[:LIVE_RUNS_LIMIT])

@@ -427,22 +427,25 @@ def test_example_agent_with_nothing_to_do_reports_empty_response(live_server):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_example_agent_stops_on_a_checkout_conflict(live_server):
+def test_example_agent_moves_on_to_the_next_task_after_a_checkout_conflict(live_server):
     company = CompanyFactory()
     agent = AgentFactory(company=company)
     holder = RunFactory(agent=agent, status="running")
     held = IssueFactory(company=company, title="Held", status="in_progress", assignee_agent=agent,
                         checkout_run=holder, execution_run=holder)
-    IssueFactory(company=company, title="Free", priority="low", assignee_agent=agent)
+    free = IssueFactory(company=company, title="Free", priority="low", assignee_agent=agent)
     run = example_run(company, agent=agent, issue=held)
     result = get_adapter("process").execute(context(run, api_url=f"{live_server.url}/api", timeout_seconds=60))
-    assert (result.status, result.liveness) == ("succeeded", "blocked"), "\n".join(messages(run))
+    assert (result.status, result.liveness) == ("succeeded", "completed"), "\n".join(messages(run))
     out = messages(run, "stdout")
-    assert any("refused (409)" in line for line in out)
-    assert sum("checked out" in line for line in out) == 0  # it picked nothing else
+    # The 409 on the held task is never retried: the agent takes the next one instead.
+    assert sum(f"picked {held.identifier}" in line for line in out) == 1
+    assert any(f"checkout of {held.identifier} refused (409" in line for line in out)
+    assert any(f"checked out {free.identifier}" in line for line in out)
     held.refresh_from_db()
-    assert held.checkout_run_id == holder.pk
-    assert Issue.objects.get(title="Free", company=company).status == "todo"
+    free.refresh_from_db()
+    assert held.checkout_run_id == holder.pk and held.status == "in_progress"
+    assert free.status == "done"
 
 
 # --- http and none adapters ----------------------------------------------------------------------

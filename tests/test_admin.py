@@ -28,6 +28,7 @@ from issues.models import (
     Project,
     RunEvent,
     WakeupRequest,
+    WorkflowDocumentCache,
     WorkProduct,
 )
 from issues.models.agent import hash_key
@@ -35,12 +36,13 @@ from issues.services.companies import agent_api_key_create
 from issues.services.issues import issue_create, relation_add
 from issues.services.wakeups import agent_wakeup
 from issues.services.thread import comment_create, document_write, interaction_create
+from issues.workflow.effective import effective_document
 from tests.factories import AgentFactory, CompanyFactory, GoalFactory, MembershipFactory, ProjectFactory
 
 ALL_MODELS = [
     Company, Membership, Project, Goal, Agent, AgentApiKey, Issue, IssueRelation,
     Comment, Document, DocumentRevision, WorkProduct, Interaction, Approval, ApprovalIssue, HeartbeatRun,
-    WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace,
+    WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace, WorkflowDocumentCache,
 ]
 
 
@@ -74,7 +76,8 @@ def world(db, admin_user):
     """One row of every model, made the way the product makes them (services where they exist)."""
     company = CompanyFactory(name="Acme Robots", issue_prefix="ACME")
     membership = MembershipFactory(company=company)
-    project = ProjectFactory(company=company, name="Website")
+    project = ProjectFactory(company=company, name="Website", workflow_document="---\nagent:\n  max_turns: 3\n---\nGo")
+    effective_document(project=project)  # the host stores the last good version it read
     goal = GoalFactory(company=company, title="Launch v1")
     agent = AgentFactory(company=company, name="Linus")
     key, raw_key = agent_api_key_create(agent=agent, name="ci")
@@ -96,6 +99,7 @@ def world(db, admin_user):
     workspace = ExecutionWorkspace.objects.create(company=company, project=project, source_issue=issue,
                                                   strategy="isolated_workspace", key="ACME-1", path="/tmp/ws/ACME-1")
     return SimpleNamespace(run_event=run_event, workspace=workspace,
+        workflow_cache=WorkflowDocumentCache.objects.get(project=project),
         company=company, membership=membership, project=project, goal=goal, agent=agent, key=key, raw_key=raw_key,
         issue=issue, blocker=blocker, relation=relation, comment=comment, document=revision.document,
         revision=revision, interaction=interaction, work_product=work_product, approval=approval,
@@ -112,6 +116,7 @@ def objects_of(world):
         WorkProduct: world.work_product, Interaction: world.interaction, Approval: world.approval,
         ApprovalIssue: world.approval_issue, HeartbeatRun: world.run, WakeupRequest: world.wakeup,
         ActivityLog: world.activity, RunEvent: world.run_event, ExecutionWorkspace: world.workspace,
+        WorkflowDocumentCache: world.workflow_cache,
     }
 
 

@@ -13,7 +13,8 @@ from django.utils import timezone
 from connectors.models import SyncError
 from issues.models import WorkflowDocumentCache
 from connectors.services.task_packet import DEFAULT_TEMPLATE
-from connectors.services.workflow_policy import PolicyInvalid, parse_document
+from issues.workflow.document import parse_document
+from issues.workflow.errors import PolicyInvalid
 from issues.models import Project
 from tests.connector_factories import make_instance
 from tests.factories import ProjectFactory, RunFactory
@@ -303,3 +304,73 @@ def test_the_project_admin_edits_the_workflow_document(admin_client, project):
     assert response.status_code == 302
     project.refresh_from_db()
     assert project.workflow_document.endswith("Prompt {{ issue.identifier }}")
+
+
+# --- run settings: wrong-typed keys and the connector's workflowDefaults (issues.workflow) -------------
+
+def invalid_activity(project):
+    from issues.models import ActivityLog
+
+    return ActivityLog.objects.filter(action="project.workflow_invalid", entity_id=str(project.pk))
+
+
+def test_a_wrong_typed_setting_keeps_the_last_good_policy_with_one_health_entry_naming_the_key(
+        setup, dispatch, project):
+    from issues.services.run_policy import run_policy_for
+
+    instance, _ = setup
+    good = "---\nhooks:\n  timeout_ms: 30000\n---\nGood {{ issue.identifier }}"
+    set_document(project, good)
+    dispatch(1)
+    set_document(project, "---\nhooks:\n  timeout_ms: soon\n---\nBad {{ issue.identifier }}")
+    link, wake = dispatch(2)
+    assert wake.context["workflowVersion"] == sha(good) and wake.context["taskPacket"].startswith("Good ")
+    error = config_errors(instance).get()
+    assert "(workflow_setting_invalid: hooks.timeout_ms must be a positive integer, got 'soon')" in error.message
+    assert error.details["key"] == "hooks.timeout_ms" and error.link_id == link.pk
+    # the host's run admission reads the same cache: the last good timeout, nothing reported twice
+    policy = run_policy_for(agent=None, issue=link.issue)
+    assert (policy.hook_timeout_seconds, policy.sources["hook_timeout_seconds"]) == (30, "workflow")
+    assert config_errors(instance).count() == 1
+    assert invalid_activity(project).get().details["key"] == "hooks.timeout_ms"
+
+
+def test_an_invalid_version_the_host_sees_first_is_reported_on_the_issues_link(setup, dispatch, project):
+    from issues.services.run_policy import run_policy_for
+
+    instance, _ = setup
+    set_document(project, "---\nagent:\n  max_turns: 3\n---\nGood {{ issue.identifier }}")
+    link, _ = dispatch(1)
+    set_document(project, "---\nagent:\n  max_turns: [3]\n---\nGood {{ issue.identifier }}")
+    project.refresh_from_db()
+    assert run_policy_for(agent=None, issue=link.issue, project=project).max_turns == 3  # a continuation's check
+    error = config_errors(instance).get()
+    assert error.link_id == link.pk and error.details["key"] == "agent.max_turns"
+    assert invalid_activity(project).count() == 1
+    dispatch(2)  # the dispatch path sees the same version: already reported
+    assert config_errors(instance).count() == 1 and invalid_activity(project).count() == 1
+
+
+def test_the_instances_workflow_defaults_apply_to_linked_issues_without_a_document(setup, dispatch):
+    from connectors.services.workflow_policy import workflow_defaults_errors
+    from issues.services.run_policy import run_policy_for
+
+    instance, _ = setup
+    instance.config = {**instance.config, "taskPacketTemplate": "Turns {{ workflow.config.agent.max_turns }}",
+                       "workflowDefaults": {"agent": {"max_turns": 4}, "hooks": {"before_run": "make deps"}}}
+    instance.save(update_fields=["config"])
+    link, wake = dispatch(1)
+    assert wake.context["taskPacket"].startswith("Turns 4\n")
+    policy = run_policy_for(agent=None, issue=link.issue)
+    assert (policy.max_turns, policy.sources["max_turns"]) == (4, "workflow")
+    assert (policy.hooks["before_run"], policy.sources["hooks.before_run"]) == ("make deps", "workflow")
+    assert run_policy_for(agent=None, project=link.issue.project).sources["max_turns"] == "default"  # unlinked
+
+    instance.config = {**instance.config, "workflowDefaults": {"agent": {"max_turns": "four"}}}
+    instance.save(update_fields=["config"])
+    assert workflow_defaults_errors(instance.config) == {
+        "config.workflowDefaults.agent.max_turns": ["agent.max_turns must be a positive integer, got 'four'"]}
+    for _ in range(2):
+        assert run_policy_for(agent=None, issue=link.issue).sources["max_turns"] == "default"  # never applied
+    error = config_errors(instance).get()  # reported once per version
+    assert "config.workflowDefaults.agent.max_turns is invalid" in error.message

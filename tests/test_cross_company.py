@@ -51,6 +51,7 @@ from issues.models import (
 from issues.services.companies import agent_api_key_create
 from issues.services.thread import comment_create, document_write, interaction_create
 from tests.conftest import AgentClient
+from tests.test_errors import db_snapshot as errors_db_snapshot
 from tests.factories import (
     AgentFactory,
     CompanyFactory,
@@ -139,7 +140,7 @@ SNAPSHOT_MODELS = (Company, Agent, Membership, Project, Goal, Issue, IssueRelati
 
 
 def db_snapshot():
-    return {model.__name__: list(model.objects.order_by("pk").values()) for model in SNAPSHOT_MODELS}
+    return {model.__name__: rows for model, rows in errors_db_snapshot(SNAPSHOT_MODELS).items()}
 
 
 def assert_unchanged(before, label):
@@ -300,6 +301,32 @@ CASES = [
          control_status=(("agent", 403),)),  # only board users answer
     Case("approval-get", "approval-detail", "GET", lambda o, t: (f"/api/approvals/{s(t.approval)}", None)),
     Case("approval-issues", "approval-issues", "GET", lambda o, t: (f"/api/approvals/{s(t.approval)}/issues", None)),
+    Case("company-approvals-list", "company-approvals", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/approvals?status=pending", None)),
+    Case("company-approvals-create", "company-approvals", "POST",
+         lambda o, t: (f"/api/companies/{s(t.company)}/approvals", {"type": "generic", "payload": {}})),
+    Case("approval-create-issueIds", "company-approvals", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/approvals",
+                       {"type": "generic", "payload": {}, "issueIds": [s(o.issue2), s(t.issue)]})),
+    Case("approval-create-requestedByAgentId", "company-approvals", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/approvals",
+                       {"type": "generic", "payload": {}, "requestedByAgentId": s(t.agent)})),
+    Case("approval-approve", "approval-approve", "POST",
+         lambda o, t: (f"/api/approvals/{s(t.approval)}/approve", {"decisionNote": "planted"}),
+         control_status=(("agent", 403),)),
+    Case("approval-reject", "approval-reject", "POST",
+         lambda o, t: (f"/api/approvals/{s(t.approval)}/reject", {}), control_status=(("agent", 403),)),
+    Case("approval-request-revision", "approval-request-revision", "POST",
+         lambda o, t: (f"/api/approvals/{s(t.approval)}/request-revision", {}), control_status=(("agent", 403),)),
+    Case("approval-resubmit", "approval-resubmit", "POST",
+         lambda o, t: (f"/api/approvals/{s(t.approval)}/resubmit", {"payload": {"x": 1}}),
+         control_status=(("agent", 403), ("board", 422))),
+    Case("company-heartbeat-runs", "company-heartbeat-runs", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/heartbeat-runs", None)),
+    Case("company-heartbeat-runs-agentId", "company-heartbeat-runs", "GET",
+         lambda o, t: (f"/api/companies/{s(o.company)}/heartbeat-runs?agentId={s(t.agent)}", None)),
+    Case("company-live-runs", "company-live-runs", "GET",
+         lambda o, t: (f"/api/companies/{s(t.company)}/live-runs", None)),
     Case("run-get", "run-detail", "GET", lambda o, t: (f"/api/runs/{s(t.run)}", None)),
     Case("run-heartbeat", "run-heartbeat", "POST", lambda o, t: (f"/api/runs/{s(t.run)}/heartbeat", {})),
     Case("run-events", "run-events", "GET", lambda o, t: (f"/api/runs/{s(t.run)}/events", None)),
@@ -392,7 +419,7 @@ CASES = [
 ]
 
 # Routes with no id to swap: each has its own test below proving it only shows the caller's company.
-NO_ID_ROUTES = {("agent-me", "GET"), ("company-list", "GET")}
+NO_ID_ROUTES = {("agent-me", "GET"), ("agent-me-wake", "GET"), ("company-list", "GET")}
 # /api/ routes that are not company data at all (the OpenAPI schema and its viewers).
 NOT_COMPANY_SCOPED = {"schema", "api-docs", "api-redoc", "health"}  # health: staff only, host-wide
 ACTORS = ("agent", "board")
@@ -537,6 +564,22 @@ def test_agent_me_is_not_a_board_endpoint(world):
     assert_unchanged(before, "board agents/me")
 
 
+def test_own_wake_read_shows_only_the_callers_wakes_and_runs(world):
+    from issues.actors import SYSTEM
+    from issues.services.wakeups import agent_wakeup
+
+    mine = agent_wakeup(actor=SYSTEM, agent=world.a.agent, reason="planted-a", issue=world.a.issue2)
+    agent_wakeup(actor=SYSTEM, agent=world.b.agent, reason="planted-b", issue=world.b.issue2)
+    response = client_for(world, "agent").get("/api/agents/me/wake")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["agentId"] == s(world.a.agent)
+    run_ids = {r["id"] for r in body["runs"]}
+    assert str(mine.run_id) in run_ids and all(r["wakeReason"] != "planted-b" for r in body["runs"])
+    assert all(w["reason"] != "planted-b" for w in body["pendingWakes"])
+    assert client_for(world, "board").get("/api/agents/me/wake").status_code == 403
+
+
 @pytest.mark.parametrize("who", ACTORS)
 def test_company_list_shows_only_the_callers_companies(world, who):
     response = client_for(world, who).get("/api/companies")
@@ -549,6 +592,7 @@ def test_company_list_shows_only_the_callers_companies(world, who):
 
 UNAUTHENTICATED = sorted({(c.route, c.method): c for c in CASES}.values(), key=lambda c: (c.route, c.method)) + [
     Case("agent-me", "agent-me", "GET", lambda o, t: ("/api/agents/me", None)),
+    Case("agent-me-wake", "agent-me-wake", "GET", lambda o, t: ("/api/agents/me/wake", None)),
     Case("company-list", "company-list", "GET", lambda o, t: ("/api/companies", None)),
 ]
 

@@ -297,6 +297,10 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
     _audit(link, "connector.task_imported", key, {"issueId": str(issue.pk), "identifier": issue.identifier,
                                                   "routing": decision.as_dict(), "actor": content.actor_dict(actor)})
     link_first_sync_ok(link, key)
+    if link.sync_mode != SyncMode.OBSERVER and task.state.category == StateCategory.ACTIVE:
+        # Imported already active (§15.3): a tracker-driven cycle like any task that becomes active; its
+        # wake coalesces into the assignment run issue_create queued, which then carries the packet.
+        symphony.connector_wake(link=link, issue=issue, key=key, task=task)
     return applied(f"imported as {issue.identifier}")
 
 
@@ -416,7 +420,7 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
     if not observer and symphony.is_symphony(link):
         became_todo = changes.get("status") == IssueStatus.TODO
         if task.state.category == StateCategory.ACTIVE and (category_changed or became_todo):
-            symphony.connector_wake(link=link, issue=issue, key=key)
+            symphony.connector_wake(link=link, issue=issue, key=key, task=task)
         elif category_changed and previous_category == StateCategory.ACTIVE:
             symphony.left_active(link=link, issue=issue, new_category=task.state.category, actor_text=actor_text,
                                  key=key)

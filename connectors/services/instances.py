@@ -16,6 +16,7 @@ from issues.services.lookups import company_object
 from .common import adapter_class, conf, provider_known
 from .interventions import require_admin, secret_input
 from .mapping_check import CHECKED_FIELDS
+from .workflow_policy import workflow_defaults_errors
 
 log = logging.getLogger("connectors.instances")
 
@@ -61,6 +62,7 @@ def _validate(company: Company, data: dict, provider_key: str) -> dict:
             errors[field] = ["Must be an object."]
     if isinstance(data.get("config"), dict):
         errors.update(_no_inline_secrets(data["config"]))
+        errors.update(workflow_defaults_errors(data["config"]))
     if isinstance(data.get("state_mapping"), dict) and provider_known(provider_key):
         for field, reasons in adapter_class(provider_key)(_blank_config()).validate_state_mapping(
                 data["state_mapping"]).items():

@@ -307,14 +307,15 @@ def run_finished(*, run):
     """A failed or abandoned run is reported on the tracker visibly, with what happens next."""
     if run.status not in FAILED_RUN_STATUSES or run.issue_id is None:
         return
-    from issues.services.runs import next_retry_attempt, runtime_setting
+    from issues.services.run_policy import run_policy_for
+    from issues.services.runs import next_retry_attempt
 
     links = _links_of(run.issue_id)
     if not links:
         return
     attempt = next_retry_attempt(run, run.agent)  # the host's own retry rule, not a guess at it
     if attempt is not None:
-        limit = runtime_setting(run.agent, "maxRetries", "RUN_MAX_RETRIES")
+        limit = run_policy_for(agent=run.agent, issue=run.issue).max_retries
         nxt = f"Paperclip retries automatically (attempt {attempt} of {limit})."
     else:
         nxt = "No automatic retry is left: the issue waits for someone in Paperclip to look at it."

@@ -30,23 +30,32 @@ def is_symphony(link: TaskLink) -> bool:
 
 
 def dispatchable(link: TaskLink, issue) -> bool:
-    """§15.3 issue_dispatchable: tracker says active, the issue is todo, assigned and unclaimed."""
+    """§15.3 issue_dispatchable: tracker says active, the issue is todo, assigned and unclaimed;
+    §9.1.3: not blocked (no open blocker) and not awaiting approval (no pending or
+    revision-requested approval linked to it). The cheap column checks go first."""
+    from issues.selectors import issue_awaiting_approval, open_blockers
+
     return (link.external_state_category == StateCategory.ACTIVE and issue.status == IssueStatus.TODO
-            and issue.assignee_agent_id is not None and issue.checkout_run_id is None)
+            and issue.assignee_agent_id is not None and issue.checkout_run_id is None
+            and not open_blockers(issue) and not issue_awaiting_approval(issue))
 
 
-def connector_wake(*, link: TaskLink, issue, key: str) -> WakeupRequest | None:
+def connector_wake(*, link: TaskLink, issue, key: str, task=None) -> WakeupRequest | None:
     """Wake the assignee for a tracker-driven cycle (debounced per link); the rendered task packet
-    travels in the wake's context. A strict-template failure fails this dispatch with a health entry."""
+    travels in the wake's context (a wake coalesced into a live run replaces that run's packet).
+    ``task``: the ExternalTask just applied (Symphony's ``blocked_by``/``created_at`` come from
+    it). A strict-template failure fails this dispatch with a health entry."""
     if not is_symphony(link) or not dispatchable(link, issue):
         return None
     now = timezone.now()
     row = TaskLink.objects.only("pk", "last_wake_at").get(pk=link.pk)
     if row.last_wake_at and row.last_wake_at + WAKE_DEBOUNCE > now:
         return None  # debounced: at most one connector wake per link per 60 s
-    attempt = HeartbeatRun.objects.filter(issue=issue).count() + 1
+    # Runs that started before this one; a queued run (e.g. the import's assignment wake) is the
+    # one this wake coalesces into, not an earlier attempt.
+    attempt = HeartbeatRun.objects.filter(issue=issue).exclude(status=RunStatus.QUEUED).count() + 1
     try:
-        packet = packet_build(link=link, issue=issue, attempt=attempt)
+        packet = packet_build(link=link, issue=issue, attempt=attempt, task=task)
     except PacketError as exc:
         sync_error_record(instance=link.instance, category=ErrorCategory.CONFIG, link=link,
                           message=f"Task packet for {link.external_key or link.external_task_id} could not be "

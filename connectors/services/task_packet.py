@@ -11,8 +11,11 @@ renders unchanged:
 
 - ``issue``: the external task under Symphony's names (``id``, ``identifier``, ``title``,
   ``description``, ``priority``, ``state``, ``branch_name``, ``url``, ``labels``, ``blocked_by``,
-  ``created_at``, ``updated_at``). Externally authored text (title, description, state, each label)
-  is an :class:`Untrusted` value: it compares, tests and ``contains`` as its raw text
+  ``created_at``, ``updated_at``). ``branch_name`` is the issue's workspace branch (its bound
+  workspace's, else the project's branch template's, else the tracker's); ``blocked_by`` lists the
+  external blockers (``id``, ``identifier``, ``state``) and ``created_at`` is the task's creation
+  time, both from the external task snapshot. Externally authored text (title, description, state,
+  each label, each blocker's state) is an :class:`Untrusted` value: it compares, tests and ``contains`` as its raw text
   (``issue.state == "Rework"``, ``issue.labels contains "bug"``) but always prints fenced.
 - ``attempt``: Symphony's retry counter, ``nil`` on the issue's first run, else the number of
   earlier runs.
@@ -31,7 +34,9 @@ from dataclasses import dataclass
 from liquid.exceptions import LiquidError
 
 from connectors.models import TaskLink
+from connectors.providers.base import ExternalTask
 
+from . import codec
 from .workflow_policy import ENV, Policy, policy_for
 
 DEFAULT_TEMPLATE = """\
@@ -141,28 +146,73 @@ def _symphony_attempt(number: int, continuation: bool) -> int | None:
     return max(earlier, 1) if continuation else (earlier or None)
 
 
-def _symphony_issue(link: TaskLink, issue, description: str | None, snapshot: dict) -> dict:
+def _issue_branch(issue, task: ExternalTask | None) -> str | None:
+    """Symphony's ``branch_name``: the issue's workspace branch (its bound workspace's, else what the
+    project's branch template gives, by the workspace service's own rule), else the tracker's."""
+    from issues.exceptions import ApiError
+    from issues.models import ExecutionWorkspace
+    from issues.workspaces.keys import workspace_key
+    from issues.workspaces.service import _branch_name  # the one rule that names issue branches
+
+    if issue.execution_workspace_id:
+        bound = ExecutionWorkspace.objects.filter(pk=issue.execution_workspace_id).values_list("branch", flat=True)
+        if branch := bound.first():
+            return branch
+    if issue.project_id or issue.workspace_branch:
+        try:
+            return _branch_name(issue.project, issue, workspace_key(issue.identifier))
+        except ApiError:  # an invalid template or git missing: the template gives no branch
+            pass
+    return (task.branch_name if task is not None else None) or None
+
+
+def _stored_task(link: TaskLink) -> ExternalTask | None:
+    """The newest full snapshot of the external task among its stored events (a sparse delivery
+    carries none), for a packet rendered without the task in hand."""
+    from connectors.choices import EventKindChoice
+    from connectors.models import InboundEvent
+
+    payloads = (InboundEvent.objects.filter(instance_id=link.instance_id, external_task_id=link.external_task_id,
+                                            kind=EventKindChoice.TASK_UPSERTED)
+                .order_by("-id").values_list("payload", flat=True)[:5])
+    for payload in payloads:
+        if (payload or {}).get("task"):
+            return codec.task_load(payload["task"])
+    return None
+
+
+def _symphony_issue(link: TaskLink, issue, description: str | None, snapshot: dict,
+                    task: ExternalTask | None) -> dict:
     updated = snapshot.get("updatedAt") or (link.external_updated_at.isoformat() if link.external_updated_at
                                             else None)
+    blocked_by = [{"id": ref.external_id, "identifier": ref.external_key or ref.external_id,
+                   "state": Untrusted(ref.state, "state") if ref.state else None}
+                  for ref in (task.blocked_by if task is not None else ())]
+    created = task.created_at.isoformat() if task is not None and task.created_at else None
     return {"id": link.external_task_id, "identifier": link.external_key or link.external_task_id,
             "title": Untrusted(link.external_title or issue.title, "title"),
             "description": Untrusted(description, "description") if description else None,
             "priority": snapshot.get("priority"),
             "state": Untrusted(link.external_state_name, "state"),
-            "branch_name": None, "url": link.external_url or None,
+            "branch_name": _issue_branch(issue, task), "url": link.external_url or None,
             "labels": UntrustedList([str(x).strip().lower() for x in snapshot.get("labels") or []], "label"),
-            "blocked_by": [], "created_at": None, "updated_at": updated}
+            "blocked_by": blocked_by, "created_at": created, "updated_at": updated}
 
 
-def packet_context(*, link: TaskLink, issue, policy: Policy, attempt: int = 1, continuation: bool = False) -> dict:
+def packet_context(*, link: TaskLink, issue, policy: Policy, attempt: int = 1, continuation: bool = False,
+                   task: ExternalTask | None = None) -> dict:
+    """``task``: the external task as just read (the snapshot Symphony's ``blocked_by`` and
+    ``created_at`` come from); without it, the newest stored one."""
     from .outbound import issue_url
 
     snapshot = (link.base_snapshot or {}).get("external") or {}
     description = (link.envelope or {}).get("rawDescription") or issue.description
+    if task is None:
+        task = _stored_task(link)
     paperclip = {"identifier": issue.identifier, "url": issue_url(issue), "status": issue.status,
                  "priority": issue.priority}
     return {
-        "issue": _symphony_issue(link, issue, description, snapshot),
+        "issue": _symphony_issue(link, issue, description, snapshot, task),
         "attempt": _symphony_attempt(attempt, continuation),
         "task": {"provider": link.provider_key, "key": link.external_key or link.external_task_id,
                  "id": link.external_task_id, "url": link.external_url or "",
@@ -178,13 +228,15 @@ def packet_context(*, link: TaskLink, issue, policy: Policy, attempt: int = 1, c
     }
 
 
-def packet_build(*, link: TaskLink, issue, attempt: int = 1, continuation: bool = False) -> Packet:
+def packet_build(*, link: TaskLink, issue, attempt: int = 1, continuation: bool = False,
+                 task: ExternalTask | None = None) -> Packet:
     """Render the packet strictly with the layered policy; :class:`PacketError` names the template's
     source, and no partial text ever escapes."""
     policy = policy_for(link=link, issue=issue, default_template=DEFAULT_TEMPLATE)  # the §9.5 layers
     try:
         text = ENV.from_string(policy.template).render(
-            **packet_context(link=link, issue=issue, attempt=attempt, continuation=continuation, policy=policy))
+            **packet_context(link=link, issue=issue, attempt=attempt, continuation=continuation, policy=policy,
+                             task=task))
     except LiquidError as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PacketError(f"{reason} (template: {policy.label}, version {policy.version[:12]})") from exc

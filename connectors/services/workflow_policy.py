@@ -13,57 +13,40 @@ Layers 1–2 use Symphony's WORKFLOW.md format: optional YAML front matter betwe
 is the policy config (``workflow.config`` in the packet); the template is the body of the highest
 layer whose body is not empty, so a document with front matter only keeps the next layer's prompt.
 
-An invalid document (bad YAML, front matter that is not a mapping, a Liquid syntax error) never
-reaches an agent: the last good version of that source (stored in ``WorkflowDocumentCache``, so it
-survives restarts and is shared by workers) stays in force, and one CONFIG health entry reports
-each invalid version. With no good version yet, the source is skipped. Policy is additive guidance:
-it only chooses the packet template and run guidance, never host rules (see ``task_packet``).
+With no document, the instance's ``config.workflowDefaults`` (a front matter mapping) is the
+config; the host applies the same defaults to runs of linked issues (registered in ``apps.py``).
+
+The format, the cache and the settings' types live in ``issues.workflow``. An invalid document (bad
+YAML, front matter that is not a mapping, a known setting of the wrong type, a Liquid syntax error)
+never reaches an agent: the last good version of that source (stored in ``WorkflowDocumentCache``,
+so it survives restarts and is shared by workers) stays in force, and one CONFIG health entry (plus
+the host's ``project.workflow_invalid`` activity) reports each invalid version, whichever of the
+dispatch path or the host's run admission sees it first. With no good version yet, the source is
+skipped. Policy is additive guidance: it only chooses the packet template and run guidance, never
+host rules (see ``task_packet``).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import yaml
-from django.utils import timezone
-from liquid import Environment, StrictUndefined
-from liquid.exceptions import LiquidError
-
-from connectors.choices import ErrorCategory
-from connectors.models import TaskLink
-from issues.models import WorkflowDocumentCache
+from connectors.choices import ErrorCategory, LinkStatus
+from connectors.models import ConnectorInstance, SyncError, TaskLink
+from issues.workflow.cache import load_cached
+from issues.workflow.document import ENV  # noqa: F401 (the one strict environment task_packet renders with)
+from issues.workflow.document import SOURCE_LABELS as DOCUMENT_LABELS
+from issues.workflow.document import digest, repository_workflow
+from issues.workflow.effective import record_invalid_activity
+from issues.workflow.errors import PolicyInvalid
+from issues.workflow.settings import validate_front_matter
 
 from .common import sync_error_record
 
 log = logging.getLogger("connectors")
 
-# The one strict environment for every packet template: unknown variables and filters raise.
-ENV = Environment(undefined=StrictUndefined, strict_filters=True)
-
-WORKFLOW_FILE = "WORKFLOW.md"
-MAX_DOCUMENT_CHARS = 256 * 1024  # a prompt policy, not a data file
-SOURCE_LABELS = {"project": "project workflow document", "repository": f"repository {WORKFLOW_FILE}",
-                 "connector": "connector taskPacketTemplate", "default": "built-in default template"}
-
-
-class PolicyInvalid(Exception):
-    """A workflow document that cannot be used; ``code`` follows Symphony's error classes."""
-
-    def __init__(self, code: str, reason: str):
-        super().__init__(f"{code}: {reason}")
-        self.code, self.reason = code, reason
-
-
-@dataclass(frozen=True)
-class WorkflowDocument:
-    """Parsed WORKFLOW.md: the front matter root map and the trimmed prompt body."""
-
-    config: dict
-    template: str
+SOURCE_LABELS = {**DOCUMENT_LABELS, "connector": "connector taskPacketTemplate",
+                 "default": "built-in default template"}
+DEFAULTS_KEY = "workflowDefaults"  # instance config: front matter for projects without a document
 
 
 @dataclass(frozen=True)
@@ -83,143 +66,25 @@ class Policy:
         return SOURCE_LABELS[self.source]
 
 
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` without anchors/aliases: an alias bomb would otherwise expand without bound
-    when the front matter is stored as JSON."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "YAML aliases are not allowed in front matter",
-                                              event.start_mark)
-        return super().compose_node(parent, index)
-
-
-def _split(text: str) -> tuple[list[str], list[str]]:
-    """Symphony's split: a first line ``---`` opens the front matter, the next ``---`` closes it (no
-    closing line: everything is front matter); without an opening line all of it is the body."""
-    lines = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if not lines or lines[0].rstrip() != "---":
-        return [], lines
-    rest = lines[1:]
-    for i, line in enumerate(rest):
-        if line.rstrip() == "---":
-            return rest[:i], rest[i + 1:]
-    return rest, []
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return " ".join(text.split("\n")[:3])[:300] if text else type(exc).__name__
-
-
-def parse_document(text: str) -> WorkflowDocument:
-    """Parse a WORKFLOW.md document; raises :class:`PolicyInvalid`. The body is syntax-checked here
-    (a parse error is a policy error); unknown variables and filters only fail at render time."""
-    if len(text) > MAX_DOCUMENT_CHARS:
-        raise PolicyInvalid("workflow_parse_error", f"the document is larger than {MAX_DOCUMENT_CHARS} characters")
-    front, body = _split(text)
-    config: dict = {}
-    yaml_text = "\n".join(front)
-    if yaml_text.strip():
-        try:
-            data = yaml.load(yaml_text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
-        except yaml.YAMLError as exc:
-            raise PolicyInvalid("workflow_parse_error", f"invalid YAML front matter: {_first_line(exc)}") from exc
-        if data is not None and not isinstance(data, dict):
-            raise PolicyInvalid("workflow_front_matter_not_a_map",
-                                f"the YAML front matter is a {type(data).__name__}, not a mapping")
-        try:  # stored as JSON: dates become ISO strings, keys strings; NaN is refused (not JSON)
-            config = json.loads(json.dumps(data or {}, default=str, allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            raise PolicyInvalid("workflow_parse_error", f"front matter is not JSON-compatible: {exc}") from exc
-    template = "\n".join(body).strip()
-    if template:
-        try:
-            ENV.parse(template)
-        except LiquidError as exc:
-            raise PolicyInvalid("template_parse_error", _first_line(exc)) from exc
-    return WorkflowDocument(config=config, template=template)
-
-
-def repository_workflow(project) -> str | None:
-    """``WORKFLOW.md`` committed at ``HEAD`` of the project's local repository (``None`` when there is
-    no local git repository or no such file). Never touches the network: URLs are skipped."""
-    from issues.workspaces import gitops
-    from issues.workspaces.errors import WorkspaceGitFailed
-
-    repository = (project.repository or "").strip()
-    if not repository or gitops.is_url(repository):
-        return None
-    path = Path(os.path.expanduser(repository))
-    if not path.is_absolute() or not path.is_dir():
-        return None
-    try:
-        proc = gitops.git("show", f"HEAD:{WORKFLOW_FILE}", cwd=path, check=False)
-    except (WorkspaceGitFailed, ValueError) as exc:  # timeout / git missing / not UTF-8
-        log.warning("project %s: %s unreadable: %s", project.pk, WORKFLOW_FILE, exc)
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-@dataclass(frozen=True)
-class _Loaded:
-    source: str
-    version: str
-    document: WorkflowDocument
-    stale: bool
-
-
-def _load(*, project, source: str, text: str | None, link: TaskLink) -> _Loaded | None:
-    """One workflow document through the last-good cache. A missing or blank document is absent
-    (and forgets its cache, so a later invalid version cannot bring an old one back)."""
-    cache = WorkflowDocumentCache.objects.filter(project=project, source=source)
-    if not (text or "").strip():
-        cache.delete()
-        return None
-    version = digest(text)
-    row = cache.first()
-    if row and row.content_hash == version:
-        if row.error_hash:  # back to the good version: a later invalid edit is reported again
-            cache.update(error_hash="", last_error="")
-        return _Loaded(source, version, WorkflowDocument(row.front_matter or {}, row.template), stale=False)
-    if row is None or row.error_hash != version:
-        try:
-            document = parse_document(text)
-        except PolicyInvalid as exc:
-            row = _report_invalid(project=project, source=source, version=version, exc=exc, row=row, link=link)
-        else:
-            WorkflowDocumentCache.objects.update_or_create(
-                project=project, source=source,
-                defaults={"company_id": project.company_id, "content_hash": version, "front_matter": document.config,
-                          "template": document.template, "loaded_at": timezone.now(), "error_hash": "",
-                          "last_error": ""})
-            return _Loaded(source, version, document, stale=False)
-    if row.content_hash:  # this version is invalid: keep the last good one
-        return _Loaded(source, row.content_hash, WorkflowDocument(row.front_matter or {}, row.template), stale=True)
-    return None
-
-
-def _report_invalid(*, project, source, version, exc: PolicyInvalid, row, link: TaskLink) -> WorkflowDocumentCache:
-    """One CONFIG health entry per invalid version of a source; remembered on the cache row."""
-    kept = row.content_hash if row else ""
-    outcome = (f"the last good version {kept[:12]} stays in force" if kept
+def _health_entry(*, link: TaskLink, project, source, version, exc: PolicyInvalid, kept_version: str):
+    """One CONFIG health entry for an invalid version of a project's workflow document."""
+    outcome = (f"the last good version {kept_version[:12]} stays in force" if kept_version
                else "no valid version exists yet, so the next layer is used")
     sync_error_record(
         instance=link.instance, category=ErrorCategory.CONFIG, link=link,
         message=f"Workflow policy of project '{project.name}' from the {SOURCE_LABELS[source]} is invalid "
                 f"({exc.code}: {exc.reason}); {outcome}.",
-        details={"workflowSource": source, "projectId": str(project.pk), "code": exc.code,
-                 "invalidVersion": version, "lastGoodVersion": kept or None})
-    row, _ = WorkflowDocumentCache.objects.update_or_create(
-        project=project, source=source,
-        defaults={"company_id": project.company_id, "error_hash": version, "last_error": str(exc)[:2000],
-                  **({} if row else {"content_hash": "", "loaded_at": timezone.now()})})
-    return row
+        details={"workflowSource": source, "projectId": str(project.pk), "code": exc.code, "key": exc.key,
+                 "invalidVersion": version, "lastGoodVersion": kept_version or None})
+
+
+def _reporter(link: TaskLink):
+    """Seen first on the dispatch path: the link's health entry, and the host's audit row."""
+    def on_invalid(*, project, source, version, exc, kept_version):
+        _health_entry(link=link, project=project, source=source, version=version, exc=exc, kept_version=kept_version)
+        record_invalid_activity(project=project, source=source, version=version, exc=exc, kept_version=kept_version)
+
+    return on_invalid
 
 
 def _project(link: TaskLink, issue):
@@ -234,18 +99,24 @@ def _project(link: TaskLink, issue):
 def policy_for(*, link: TaskLink, issue, default_template: str) -> Policy:
     """Resolve the layered policy for one dispatch (§9.5). Reads the repository only when the project
     document does not already decide both the config and the template."""
-    documents: list[_Loaded] = []
+    documents = []
     project = _project(link, issue)
     if project is not None:
-        loaded = _load(project=project, source="project", text=project.workflow_document, link=link)
+        on_invalid = _reporter(link)
+        loaded = load_cached(project=project, source="project", text=project.workflow_document, on_invalid=on_invalid)
         if loaded:
             documents.append(loaded)
         if not (loaded and loaded.document.template):
-            loaded = _load(project=project, source="repository", text=repository_workflow(project), link=link)
+            loaded = load_cached(project=project, source="repository", text=repository_workflow(project),
+                                 on_invalid=on_invalid)
             if loaded:
                 documents.append(loaded)
     config = dict(documents[0].document.config) if documents else {}
     config_source = documents[0].source if documents else None
+    if not documents:
+        defaults = instance_workflow_defaults(link.instance)
+        if defaults is not None:
+            config, config_source = defaults, "connector"
     stale = tuple(d.source for d in documents if d.stale)
     for loaded in documents:
         if loaded.document.template:
@@ -254,3 +125,63 @@ def policy_for(*, link: TaskLink, issue, default_template: str) -> Policy:
     if isinstance(configured, str) and configured.strip():
         return Policy("connector", digest(configured), configured, config, config_source, stale)
     return Policy("default", digest(default_template), default_template, config, config_source, stale)
+
+
+# --- the host side: connector defaults and health for the host's run settings (issues.workflow) ----
+
+def workflow_defaults_errors(config: dict | None) -> dict:
+    """Field errors of ``config.workflowDefaults`` (a front matter mapping checked like a document's)."""
+    value = (config or {}).get(DEFAULTS_KEY)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        return {f"config.{DEFAULTS_KEY}": ["Must be an object (WORKFLOW.md front matter)."]}
+    try:
+        validate_front_matter(value)
+    except PolicyInvalid as exc:
+        return {f"config.{DEFAULTS_KEY}.{exc.key}": [exc.reason]}
+    return {}
+
+
+def instance_workflow_defaults(instance: ConnectorInstance) -> dict | None:
+    """The instance's ``workflowDefaults`` when valid. An invalid value is skipped and reported once
+    per version as a CONFIG health entry (it never reaches a run)."""
+    value = (instance.config or {}).get(DEFAULTS_KEY)
+    if value is None:
+        return None
+    errors = workflow_defaults_errors(instance.config)
+    if not errors:
+        return dict(value)
+    version = digest(repr(value))
+    if not SyncError.objects.filter(instance=instance, category=ErrorCategory.CONFIG,
+                                    details__workflowDefaultsVersion=version).exists():
+        field_name, reasons = next(iter(errors.items()))
+        sync_error_record(instance=instance, category=ErrorCategory.CONFIG,
+                          message=f"{field_name} is invalid ({'; '.join(reasons)}); the connector's workflow "
+                                  "defaults are not applied.",
+                          details={"workflowDefaultsVersion": version, "field": field_name})
+    return None
+
+
+def _links_of(issue):
+    return (TaskLink.objects.select_related("instance").filter(issue_id=issue.pk)
+            .exclude(status=LinkStatus.UNLINKED).order_by("created_at", "pk"))
+
+
+def host_workflow_defaults(issue) -> dict | None:
+    """Registered with ``issues.workflow.effective``: the defaults of the issue's connector instance."""
+    for link in _links_of(issue):
+        defaults = instance_workflow_defaults(link.instance)
+        if defaults is not None:
+            return defaults
+    return None
+
+
+def host_workflow_invalid(*, issue, project, source, version, exc, kept_version):
+    """Registered with ``issues.workflow.effective``: the host found an invalid version first; a
+    tracker-driven issue's link gets the health entry the dispatch path would have recorded."""
+    if issue is None:
+        return
+    link = _links_of(issue).first()
+    if link is not None:
+        _health_entry(link=link, project=project, source=source, version=version, exc=exc, kept_version=kept_version)

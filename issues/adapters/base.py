@@ -23,21 +23,27 @@ the run's log with ``run_append_event``.
 from __future__ import annotations
 
 import abc
+import os
 import re
+import weakref
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from issues.choices import TERMINAL_RUN_STATUSES, RunLiveness
+from issues.choices import TERMINAL_RUN_STATUSES, AdapterType, RunLiveness
 from paperclip.core.secret_refs import SecretMissing, SecretRefused, env_ref_refusal, env_ref_resolve
+
+from .result_line import RunReport
 
 REDACTED = "[redacted]"
 # Values shorter than this are not treated as secrets (redacting "1" would wreck every log line).
 MIN_SECRET_LENGTH = 4
 # Names of adapter_config["env"] entries whose literal values are redacted from the run log.
 SENSITIVE_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+# Adapters whose agent runs on this host and can read the task packet file.
+LOCAL_ADAPTER_TYPES = (AdapterType.PROCESS,)
 
 
 class AdapterConfigError(ValueError):
@@ -53,7 +59,13 @@ class RunContext:
     env: dict[str, str]  # the PAPERCLIP_* variables
     secrets: list[str] = field(default_factory=list)  # replaced by "[redacted]" in the run log
     timeout_seconds: float = 3600
+    # From the run policy: stop a process without output or API activity for this long (0 = never),
+    # and the "pid alive" heartbeat interval of a quiet process.
+    stall_timeout_seconds: float = 0
+    heartbeat_interval_seconds: float = 60
     owner: str = ""  # the worker session that owns the run (only it may stop the process)
+    # The wake's facts, compact payload and task packet (issues.run_context.WakeContext).
+    wake: object | None = None
 
     @property
     def config(self) -> dict:
@@ -67,6 +79,7 @@ class AdapterResult:
     error: str = ""
     liveness: str = ""  # a RunLiveness value the agent reported, else ""
     liveness_reason: str = ""
+    report: RunReport | None = None  # the agent's output contract (the last valid PAPERCLIP_RESULT line)
 
     def __post_init__(self):
         if self.status not in TERMINAL_RUN_STATUSES:
@@ -161,12 +174,18 @@ def prepare_context(run, *, owner: str | None = None, api_url: str | None = None
                     adapter: Adapter | None = None) -> RunContext:
     """Everything an adapter needs for ``run``: env, run-scoped key (when needed), secrets, timeout.
 
-    Comment ids and the approval come from ``run.context`` (``commentIds``, ``approvalId``).
-    The timeout is ``timeout_seconds``, else runtime_config["timeoutSeconds"], else
-    PAPERCLIP["RUN_TIMEOUT_SECONDS"]. The workspace is ``run.workspace`` (the caller may pass the
+    The wake's facts come from ``run.context`` through :mod:`issues.run_context` (the same for
+    every adapter: the optional ``PAPERCLIP_*`` variables, ``PAPERCLIP_WAKE_PAYLOAD_JSON``, the
+    workspace variables, and ``ctx.wake`` for the HTTP payload). An adapter running on this host
+    also gets the task packet as a file (``PAPERCLIP_TASK_PACKET_PATH``).
+    The timeout is ``timeout_seconds``, else the run policy's (runtime_config["timeoutSeconds"],
+    project, workflow, PAPERCLIP["RUN_TIMEOUT_SECONDS"]); so are the stall timeout and heartbeat.
+    The workspace is ``run.workspace`` (the caller may pass the
     path of the workspace it admitted instead).
     """
-    from issues.services.runs import runtime_setting, this_owner
+    from issues import run_context
+    from issues.services.run_policy import run_policy_for
+    from issues.services.runs import this_owner
 
     from .registry import get_adapter
 
@@ -186,14 +205,36 @@ def prepare_context(run, *, owner: str | None = None, api_url: str | None = None
         config_secrets = adapter.secrets_from_config(config)
     except AdapterConfigError:
         config_secrets = []  # execute() reports the config error
+    policy = run_policy_for(agent=agent, issue=issue)
     if timeout_seconds is None:
-        timeout_seconds = runtime_setting(agent, "timeoutSeconds", "RUN_TIMEOUT_SECONDS")
-    return RunContext(
-        run=run, agent=agent, issue=issue,
-        workspace_path=workspace_path or (run.workspace.path if run.workspace_id else None),
+        timeout_seconds = policy.timeout_seconds
+    workspace = run.workspace if run.workspace_id else None
+    workspace_path = workspace_path or (workspace.path if workspace is not None else None)
+    wake = run_context.build(run, issue)
+    env.update(wake.env)
+    env.update(run_context.workspace_env(workspace))
+    if workspace_path:
+        env["PAPERCLIP_WORKSPACE_CWD"] = workspace_path
+    ctx = RunContext(
+        run=run, agent=agent, issue=issue, workspace_path=workspace_path,
         env=env, secrets=[s for s in [raw_key, *config_secrets] if s], timeout_seconds=float(timeout_seconds),
-        owner=owner or this_owner(),
+        owner=owner or this_owner(), wake=wake,
+        stall_timeout_seconds=float(policy.stall_timeout_seconds),
+        heartbeat_interval_seconds=float(policy.heartbeat_interval_seconds),
     )
+    if adapter.adapter_type in LOCAL_ADAPTER_TYPES:
+        path, temporary = run_context.packet_file_write(wake.packet, workspace_path=workspace_path, run_id=run.pk)
+        env["PAPERCLIP_TASK_PACKET_PATH"] = path
+        if temporary:  # removed when the run's context is dropped (after execute), at the latest at exit
+            weakref.finalize(ctx, _remove_quietly, path)
+    return ctx
+
+
+def _remove_quietly(path: str):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def run_stop_state(run_id) -> str | None:

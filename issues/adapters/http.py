@@ -5,7 +5,9 @@ adapter_config::
     {"url": "https://agents.example.com/wake", "secret_ref": "env:PAPERCLIP_SECRET_AGENT_WAKE_SECRET", "timeout_seconds": 10}
 
 The host POSTs a JSON wake payload (run, agent, company, issue, wake reason, comment ids, the
-API url and a run-scoped API key) with ``X-Paperclip-Signature: sha256=<hex HMAC-SHA256 of the
+API url and a run-scoped API key, plus what a process agent gets in its environment: wake comment,
+reasons, approval, linked issues, continuation, retry, the compact ``wakePayload`` and the
+``taskPacket`` text) with ``X-Paperclip-Signature: sha256=<hex HMAC-SHA256 of the
 raw body>`` keyed by the secret ``secret_ref`` names. Inline secrets are refused. A 2xx answer
 means "accepted": ``execute`` returns None and the agent reports through the REST API. Anything
 else (non-2xx, timeout, connection error) is a failed result. Redirects are not followed, so the
@@ -50,9 +52,11 @@ def verify(body: bytes, header: str, secret: str) -> bool:
 
 
 def wake_payload(ctx: RunContext) -> dict:
+    """The process adapter's context in one signed body: the wake facts under the API's names
+    (issues.run_context.WakeFacts.as_dict), the compact wake payload and the task packet text."""
     env = ctx.env
     comment_ids = [c for c in env.get("PAPERCLIP_WAKE_COMMENT_IDS", "").split(",") if c]
-    return {
+    payload = {
         "runId": str(ctx.run.pk),
         "agentId": str(ctx.agent.pk),
         "companyId": str(ctx.agent.company_id),
@@ -64,6 +68,13 @@ def wake_payload(ctx: RunContext) -> dict:
         "apiKey": env.get("PAPERCLIP_API_KEY", ""),
         "sentAt": timezone.now().isoformat(),
     }
+    wake = ctx.wake
+    if wake is not None:
+        facts = wake.facts.as_dict()
+        for key in ("wakeReason", "commentIds", "approvalId"):  # kept as the env gives them
+            facts.pop(key)
+        payload.update(facts, wakePayload=wake.payload, taskPacket=wake.packet)
+    return payload
 
 
 class HttpAdapter(Adapter):

@@ -9,12 +9,13 @@ adapter_config::
       "grace_seconds": 5                           # SIGTERM -> SIGKILL delay when stopping
     }
 
-The run's timeout is RunContext.timeout_seconds (runtime_config["timeoutSeconds"], else
-PAPERCLIP["RUN_TIMEOUT_SECONDS"]). The process runs in its own session (process group) with a minimal environment: PATH, HOME,
-LANG, PYTHONPATH (when set on the host), the config's env and the PAPERCLIP_* variables (those
+The run's timeout is RunContext.timeout_seconds (run policy: runtime_config["timeoutSeconds"], …,
+PAPERCLIP["RUN_TIMEOUT_SECONDS"]); a process without output or API activity for
+RunContext.stall_timeout_seconds is stopped as timed_out ("stalled: …") and retried.
+The process runs in its own session (process group) with a minimal environment: PATH, HOME, LANG, PYTHONPATH (when set on the host), the config's env and the PAPERCLIP_* variables (those
 win). Its stdout/stderr become run events line by line, with every secret replaced by
-"[redacted]". A last stdout line ``PAPERCLIP_RESULT {"liveness": ..., "reason": ...}`` reports
-the run's liveness.
+"[redacted]". A last stdout line ``PAPERCLIP_RESULT {"status": ..., "pr_url": ..., "liveness": ...}``
+reports the run's result (the output contract, .result_line); a malformed one is logged and ignored.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import time
 
 from django.conf import settings
 
-from issues.choices import AdapterType, RunEventKind, RunLiveness, RunStatus
+from issues.choices import AdapterType, RunEventKind, RunStatus
 
 from .base import (
     SENSITIVE_NAME,
@@ -45,9 +46,10 @@ from .base import (
     secret_ref_check,
     run_stop_state,
 )
+from .result_line import RESULT_PREFIX, ResultLineError
+from .result_line import parse_result_line as parse_report
 
 INHERITED_ENV = ("PATH", "HOME", "LANG", "PYTHONPATH")
-RESULT_PREFIX = "PAPERCLIP_RESULT"
 MAX_LINE_BYTES = 1024 * 1024  # a longer line is split into several events
 MAX_EVENT_CHARS = 64 * 1024  # and each event's message is capped
 _EOF = object()
@@ -118,16 +120,38 @@ def _reader(stream, kind: str, out: queue.Queue):
 
 
 def parse_result_line(text: str) -> tuple[str, str] | None:
-    """``PAPERCLIP_RESULT {"liveness": "completed", "reason": "..."}`` -> (liveness, reason)."""
-    if not text.startswith(RESULT_PREFIX):
-        return None
+    """``PAPERCLIP_RESULT {"liveness": "completed", "reason": "..."}`` -> (liveness, reason); None
+    when the line is no valid result line or reports no liveness. The whole contract (status,
+    pr_url, …) is :func:`issues.adapters.result_line.parse_result_line`."""
     try:
-        payload = json.loads(text[len(RESULT_PREFIX):].strip())
-    except ValueError:
+        report = parse_report(text)
+    except ResultLineError:
         return None
-    if not isinstance(payload, dict) or payload.get("liveness") not in RunLiveness.values:
-        return None
-    return payload["liveness"], str(payload.get("reason") or "")[:300]
+    return (report.liveness, report.liveness_reason) if report and report.liveness else None
+
+
+class _StallWatch:
+    """Symphony's stall_timeout: the run stalled when the process printed nothing and the agent
+    made no API call (the run's last_activity_at) for ``timeout`` seconds (0 disables). The row
+    is read only once the process has been quiet that long, and then not again until the API
+    activity it saw could have gone stale."""
+
+    def __init__(self, run_id, timeout: float):
+        self.run_id, self.timeout, self.recheck_at = run_id, timeout, 0.0
+
+    def stalled(self, last_output: float, now: float) -> bool:
+        if not self.timeout or now - last_output < self.timeout or now < self.recheck_at:
+            return False
+        from django.utils import timezone
+
+        from issues.models import HeartbeatRun
+
+        seen = HeartbeatRun.objects.filter(pk=self.run_id).values_list("last_activity_at", flat=True).first()
+        quiet = (timezone.now() - seen).total_seconds() if seen else self.timeout
+        if quiet >= self.timeout:
+            return True
+        self.recheck_at = now + self.timeout - quiet
+        return False
 
 
 class ProcessAdapter(Adapter):
@@ -233,8 +257,11 @@ class ProcessAdapter(Adapter):
                    threading.Thread(target=_reader, args=(proc.stderr, RunEventKind.STDERR, lines), daemon=True)]
         for thread in readers:
             thread.start()
-        state = {"open": 2, "result": None, "last_event": time.monotonic()}
-        heartbeat_every = self.heartbeat_interval or settings.PAPERCLIP["RUN_HEARTBEAT_INTERVAL_SECONDS"]
+        # last_event: anything logged (heartbeats too); last_output: the agent's own output (stall detection).
+        state = {"open": 2, "result": None, "last_event": time.monotonic(), "last_output": time.monotonic()}
+        heartbeat_every = (self.heartbeat_interval or ctx.heartbeat_interval_seconds
+                           or settings.PAPERCLIP["RUN_HEARTBEAT_INTERVAL_SECONDS"])
+        stall = _StallWatch(ctx.run.pk, ctx.stall_timeout_seconds)
         outcome, error = None, ""
         reaped = False
 
@@ -244,12 +271,18 @@ class ProcessAdapter(Adapter):
                 return
             # NUL cannot be stored in a PostgreSQL text column.
             text = redact(chunk.decode("utf-8", "replace").rstrip("\r\n").replace("\x00", "\ufffd"), secrets)
+            refused = None
             if kind == RunEventKind.STDOUT:
-                parsed = parse_result_line(text)
-                if parsed:
-                    state["result"] = parsed
+                try:
+                    report = parse_report(text)
+                except ResultLineError as exc:
+                    report, refused = None, str(exc)
+                if report:
+                    state["result"] = report  # the last valid result line wins
             log_event(ctx, kind, text[:MAX_EVENT_CHARS], secrets)
-            state["last_event"] = time.monotonic()
+            if refused:
+                log_event(ctx, RunEventKind.SYSTEM, f"{RESULT_PREFIX} ignored: {refused}", secrets)
+            state["last_event"] = state["last_output"] = time.monotonic()
 
         def drain(wait: float, batch: int = 500):
             # Bounded, so a flood of output cannot starve the stop and timeout checks.
@@ -280,6 +313,9 @@ class ProcessAdapter(Adapter):
                     stopped = run_stop_state(ctx.run.pk)
                     if stopped:
                         outcome, error = RunStatus.CANCELLED, stopped
+                    elif stall.stalled(state["last_output"], now):
+                        outcome, error = RunStatus.TIMED_OUT, (f"stalled: no output or API activity for "
+                                                               f"{stall.timeout:g}s")
                     elif now - state["last_event"] >= heartbeat_every:
                         # A quiet agent is still alive: keep the run's heartbeat fresh for the stale sweep.
                         log_event(ctx, RunEventKind.HEARTBEAT, f"pid {proc.pid} alive", secrets, pid=proc.pid)
@@ -310,7 +346,8 @@ class ProcessAdapter(Adapter):
                     except OSError:
                         pass
 
-        liveness, reason = state["result"] or ("", "")
+        report = state["result"]
+        liveness, reason = (report.liveness, report.liveness_reason) if report else ("", "")
         if outcome is None:
             if returncode == 0:
                 outcome = RunStatus.SUCCEEDED
@@ -325,4 +362,4 @@ class ProcessAdapter(Adapter):
         log_event(ctx, RunEventKind.SYSTEM, f"process exited with code {returncode}: {outcome}", secrets,
                   exitCode=returncode)
         return AdapterResult(status=outcome, exit_code=returncode, error=error, liveness=liveness,
-                             liveness_reason=reason)
+                             liveness_reason=reason, report=report)

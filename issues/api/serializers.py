@@ -3,6 +3,7 @@ from rest_framework import serializers
 
 from drf_spectacular.utils import extend_schema_field
 
+from issues.adapters.result_line import FINAL_STATE_MAX, PR_URL_MAX, SUMMARY_MAX
 from issues.choices import (
     CHECKOUT_FROM_STATUSES,
     DocumentFormat,
@@ -11,6 +12,7 @@ from issues.choices import (
     IssuePriority,
     IssueStatus,
     RunLiveness,
+    RunResultStatus,
     WakeSource,
     WorkspaceStrategy,
 )
@@ -203,19 +205,6 @@ class InteractionSerializer(serializers.Serializer):
     createdAt = serializers.DateTimeField(source="created_at")
 
 
-class ApprovalSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    companyId = serializers.UUIDField(source="company_id")
-    type = serializers.CharField()
-    status = serializers.CharField()
-    title = serializers.CharField()
-    payload = serializers.JSONField()
-    requestedByAgentId = serializers.UUIDField(source="requested_by_agent_id", allow_null=True)
-    decisionNote = serializers.CharField(source="decision_note")
-    decidedAt = serializers.DateTimeField(source="decided_at", allow_null=True)
-    createdAt = serializers.DateTimeField(source="created_at")
-
-
 class RunSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     companyId = serializers.UUIDField(source="company_id")
@@ -365,7 +354,37 @@ class UsageSerializer(StrictSerializer):
     costCents = serializers.IntegerField(min_value=0, max_value=USAGE_MAX, required=False, default=0)
 
 
+RESULT_FIELDS = ("status", "finalState", "prUrl", "summary")
+
+
 class RunHeartbeatSerializer(StrictSerializer):
+    """A heartbeat; with ``final: true`` also the run's result (the output contract), which ends
+    the run. The result fields are refused on a heartbeat that is not final."""
+
     liveness = serializers.ChoiceField(choices=RunLiveness.choices, required=False)
     livenessReason = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
     usage = UsageSerializer(required=False)
+    final = serializers.BooleanField(required=False, default=False,
+                                     help_text="The run's last heartbeat: records the result and ends the run.")
+    status = serializers.ChoiceField(choices=RunResultStatus.choices, required=False,
+                                     help_text="How the run ended (required when final).")
+    finalState = serializers.CharField(required=False, allow_blank=True, default="", max_length=FINAL_STATE_MAX,
+                                       help_text="The issue state the agent left it in, or 'unchanged'.")
+    prUrl = serializers.URLField(required=False, allow_blank=True, default="", max_length=PR_URL_MAX,
+                                 help_text="An http(s) URL of the pull request the run opened.")
+    summary = serializers.CharField(required=False, allow_blank=True, default="", max_length=SUMMARY_MAX)
+
+    def validate_prUrl(self, value):
+        if value and not value.lower().startswith(("http://", "https://")):
+            raise serializers.ValidationError("Enter an http(s) URL.")
+        return value
+
+    def validate(self, data):
+        if data["final"] and not data.get("status"):
+            raise serializers.ValidationError({"status": ["Required when final is true."]})
+        if not data["final"]:
+            given = [name for name in RESULT_FIELDS if name in self.initial_data]
+            if given:
+                raise serializers.ValidationError(
+                    {name: ["Only a final heartbeat (final: true) reports the result."] for name in given})
+        return data

@@ -1,13 +1,17 @@
 from django.urls import path
 
-from . import views, work_products
+from . import approvals, views, wake, work_products
 
 urlpatterns = [
     path("health", views.HealthView.as_view(), name="health"),
     path("agents/me", views.AgentMeView.as_view(), name="agent-me"),
+    path("agents/me/wake", wake.AgentMeWakeView.as_view(), name="agent-me-wake"),
     path("agents/<uuid:agent_id>/wakeup", views.AgentWakeupView.as_view(), name="agent-wakeup"),
     path("companies", views.CompanyListView.as_view(), name="company-list"),
     path("companies/<str:company_id>/issues", views.CompanyIssuesView.as_view(), name="company-issues"),
+    path("companies/<str:company_id>/heartbeat-runs", wake.CompanyHeartbeatRunsView.as_view(),
+         name="company-heartbeat-runs"),
+    path("companies/<str:company_id>/live-runs", wake.CompanyLiveRunsView.as_view(), name="company-live-runs"),
     path("issues/<str:issue_id>", views.IssueDetailView.as_view(), name="issue-detail"),
     path("issues/<str:issue_id>/checkout", views.IssueCheckoutView.as_view(), name="issue-checkout"),
     path("issues/<str:issue_id>/release", views.IssueReleaseView.as_view(), name="issue-release"),
@@ -22,8 +26,14 @@ urlpatterns = [
     path("issues/<str:issue_id>/interactions", views.IssueInteractionsView.as_view(), name="issue-interactions"),
     path("interactions/<uuid:interaction_id>/respond", views.InteractionRespondView.as_view(),
          name="interaction-respond"),
-    path("approvals/<uuid:approval_id>", views.ApprovalView.as_view(), name="approval-detail"),
-    path("approvals/<uuid:approval_id>/issues", views.ApprovalIssuesView.as_view(), name="approval-issues"),
+    path("companies/<str:company_id>/approvals", approvals.CompanyApprovalsView.as_view(), name="company-approvals"),
+    path("approvals/<uuid:approval_id>", approvals.ApprovalView.as_view(), name="approval-detail"),
+    path("approvals/<uuid:approval_id>/issues", approvals.ApprovalIssuesView.as_view(), name="approval-issues"),
+    path("approvals/<uuid:approval_id>/approve", approvals.ApprovalApproveView.as_view(), name="approval-approve"),
+    path("approvals/<uuid:approval_id>/reject", approvals.ApprovalRejectView.as_view(), name="approval-reject"),
+    path("approvals/<uuid:approval_id>/request-revision", approvals.ApprovalRequestRevisionView.as_view(),
+         name="approval-request-revision"),
+    path("approvals/<uuid:approval_id>/resubmit", approvals.ApprovalResubmitView.as_view(), name="approval-resubmit"),
     path("runs/<uuid:run_id>", views.RunDetailView.as_view(), name="run-detail"),
     path("runs/<uuid:run_id>/heartbeat", views.RunHeartbeatView.as_view(), name="run-heartbeat"),
     path("runs/<uuid:run_id>/events", views.RunEventsView.as_view(), name="run-events"),

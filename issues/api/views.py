@@ -11,12 +11,14 @@ from rest_framework.views import APIView
 
 from issues import selectors
 from issues.actors import RUN_HEADER, actor_from_request
+from issues.adapters.result_line import RunReport
 from issues.exceptions import Forbidden
 from issues.filtersets import IssueFilterSet, openapi_parameters
 from issues.models import Agent, Interaction, Issue
 from issues.services import checkout as checkout_services
 from issues.services import issues as issue_services
 from issues.services import wakeups as wakeup_services
+from issues.services import run_results
 from issues.services import runs as run_services
 from issues.services import thread as thread_services
 from issues.services.lookups import company_object
@@ -236,21 +238,6 @@ class InteractionRespondView(APIView):
         return Response(s.InteractionSerializer(interaction).data)
 
 
-class ApprovalView(APIView):
-    @extend_schema(responses={200: s.ApprovalSerializer, **ERRORS}, operation_id="approvals_retrieve")
-    def get(self, request, approval_id):
-        approval = selectors.approval_get(actor=actor_from_request(request), pk=approval_id)
-        return Response(s.ApprovalSerializer(approval).data)
-
-
-class ApprovalIssuesView(APIView):
-    @extend_schema(responses={200: s.IssueSerializer(many=True), **ERRORS}, operation_id="approvals_issues")
-    def get(self, request, approval_id):
-        approval = selectors.approval_get(actor=actor_from_request(request), pk=approval_id)
-        issues = approval.issues.select_related(*selectors.ISSUE_RELATED).order_by("priority_rank", "created_at")
-        return Response(s.IssueSerializer(issues, many=True).data)
-
-
 class AgentWakeupView(APIView):
     @extend_schema(request=s.WakeupSerializer, responses={201: s.WakeupResultSerializer, **ERRORS},
                    operation_id="agents_wakeup")
@@ -268,13 +255,22 @@ class AgentWakeupView(APIView):
 
 class RunHeartbeatView(APIView):
     @extend_schema(request=s.RunHeartbeatSerializer, responses={200: s.RunSerializer, **ERRORS},
-                   operation_id="runs_heartbeat")
+                   operation_id="runs_heartbeat",
+                   description="Keeps the run alive. With `final: true` it also reports the run's result "
+                               "(`status`, `finalState`, `prUrl`, `summary`) and ends the run: succeeded, or "
+                               "failed for `failed`/`aborted` (a process-adapter run ends when its process "
+                               "exits). The result fields without `final` are a 400; an ended run is a 409.")
     def post(self, request, run_id):
         actor = actor_from_request(request)
         run = selectors.run_get(actor=actor, pk=run_id)
         data = parse(s.RunHeartbeatSerializer, request)
         run = run_services.run_heartbeat(actor=actor, run=run, liveness=data.get("liveness"),
                                          reason=data["livenessReason"], usage=data.get("usage"))
+        if data["final"] and run.is_live:  # (a budget stop may have just ended it)
+            report = RunReport(status=data["status"], final_state=data["finalState"], pr_url=data["prUrl"],
+                               summary=data["summary"], liveness=data.get("liveness") or "",
+                               liveness_reason=data["livenessReason"])
+            run = run_results.run_report_final(actor=actor, run=run, report=report)
         return Response(s.RunSerializer(run).data)
 
 

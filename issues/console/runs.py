@@ -24,8 +24,14 @@ def run_detail(request, run_id):
     run = _run(request, run_id)
     events = run_log_tail(run=run)
     context = {"company": run.company, "run": run, "events": events,
-               "last_seq": events[-1].seq if events else 0, "poll_every": POLL_EVERY}
+               "last_seq": events[-1].seq if events else 0, "poll_every": POLL_EVERY,
+               "pr_link": _web_link(run.result_pr_url)}
     return render_page(request, "console/runs/detail.html", None, context)
+
+
+def _web_link(url: str) -> str | None:
+    """Only an http(s) URL becomes a link (never javascript: or data:, whatever got stored)."""
+    return url if url and url.lower().startswith(("http://", "https://")) else None
 
 
 @console_page

@@ -1,7 +1,7 @@
 """Console routes of the issues app, added to the ``console`` namespace by ``issues/urls.py``."""
 from django.urls import path
 
-from . import agents, dashboard, issues, runs
+from . import agents, approvals, dashboard, issues, runs
 
 urlpatterns = [
     path("dashboard/", dashboard.dashboard, name="dashboard"),
@@ -22,4 +22,7 @@ urlpatterns = [
     path("agents/<uuid:agent_id>/keys/", agents.agent_key_new, name="agent-key-create"),
     path("agents/<uuid:agent_id>/keys/<uuid:key_id>/revoke/", agents.agent_key_revoke, name="agent-key-revoke"),
     path("agents/<uuid:agent_id>/adapter/", agents.agent_adapter, name="agent-adapter"),
+    path("approvals/", approvals.approval_list_page, name="approval-list"),
+    path("approvals/<uuid:approval_id>/", approvals.approval_detail, name="approval-detail"),
+    path("approvals/<uuid:approval_id>/decide/", approvals.approval_decide_view, name="approval-decide"),
 ]

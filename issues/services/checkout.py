@@ -8,7 +8,14 @@ from django.utils import timezone
 
 from issues import events, selectors
 from issues.actors import Actor
-from issues.choices import CHECKOUT_FROM_STATUSES, LIVE_RUN_STATUSES, IssueStatus, RelationKind, RunStatus
+from issues.choices import (
+    CHECKOUT_FROM_STATUSES,
+    LIVE_RUN_STATUSES,
+    TERMINAL_ISSUE_STATUSES,
+    IssueStatus,
+    RelationKind,
+    RunStatus,
+)
 from issues.exceptions import (
     AssignedElsewhere,
     CheckoutConflict,
@@ -42,7 +49,7 @@ WHERE {key} = %s AND company_id IN ({companies}) AND (
         AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.id = {issue}.execution_run_id AND r.status IN ({live})))
 ) AND NOT EXISTS (
     SELECT 1 FROM {relation} rel JOIN {issue} b ON b.id = rel.issue_id
-    WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status <> %s
+    WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status NOT IN (%s, %s)
 ){run_check}
 RETURNING *
 """
@@ -71,7 +78,7 @@ def _claim(*, ref, company_ids, agent_id, run_id, expected, now, check_run: bool
     agent, run, live = uid(agent_id, connection), uid(run_id, connection), list(LIVE_RUN_STATUSES)
     params = [IssueStatus.IN_PROGRESS, agent, run, run, stamp, stamp, stamp, key,
               *[uid(c, connection) for c in company_ids], *expected, agent, IssueStatus.IN_PROGRESS, agent, run,
-              *live, *live, RelationKind.BLOCKS, IssueStatus.DONE]
+              *live, *live, RelationKind.BLOCKS, *TERMINAL_ISSUE_STATUSES]
     if check_run:
         params += [run, agent, RunStatus.RUNNING]
     return next(iter(Issue.objects.raw(sql, params)), None)
@@ -166,11 +173,11 @@ def _refusal(issue: Issue, agent: Agent, run: HeartbeatRun, expected: list) -> E
             details={**details, "expectedStatuses": list(expected)})
     blockers = list(
         IssueRelation.objects.filter(related_issue=issue, kind=RelationKind.BLOCKS)
-        .exclude(issue__status=IssueStatus.DONE)
+        .exclude(issue__status__in=TERMINAL_ISSUE_STATUSES)
         .values_list("issue__identifier", flat=True)
     )
     if blockers:
-        return Unprocessable("The issue has blockers that are not done.", code="blocked_by_open_issues",
+        return Unprocessable("The issue has blockers that are not done or cancelled.", code="blocked_by_open_issues",
                              details={"blockers": blockers})
     # Claimable now: what refused the claim changed before the re-read (a concurrent writer).
     return CheckoutConflict("The issue changed while it was being checked out.", details=details)

@@ -11,6 +11,7 @@ from issues import events
 from issues.actors import Actor
 from issues.choices import (
     PRIORITY_RANK,
+    TERMINAL_ISSUE_STATUSES,
     IssuePriority,
     IssueStatus,
     OriginKind,
@@ -25,6 +26,7 @@ from issues.workspaces.service import new_issue_workspace_fields
 from .activity import activity_record
 from .fences import ensure_may_change, ensure_owning_run
 from .lookups import assignable_agent, company_object
+from .wake_triggers import ISSUE_ASSIGNED, issue_became_terminal
 from .wakeups import wake_assignee
 
 LOCK_FIELDS = {"checkout_run": None, "execution_run": None, "execution_locked_at": None}
@@ -155,17 +157,23 @@ def issue_create(
                         entity_id=issue.pk, details=details)
         if block_parent_until_done and requested is not None:
             _block_until_done(actor=actor, blocker=issue, blocked=requested)
+        if status in TERMINAL_ISSUE_STATUSES and parent is not None:
+            issue_became_terminal(issue)  # a child created finished may complete its parent's set
         if assignee is not None:
-            wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason="assigned")
+            wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason=ISSUE_ASSIGNED)
         events.announce(events.issue_created, issue=issue, actor=actor)
     return issue, adjustment
 
 
 def _block_until_done(*, actor: Actor, blocker: Issue, blocked: Issue):
+    """``blocked`` waits for ``blocker``. When the blocker reaches done or cancelled, issue_update's
+    terminal trigger (.wake_triggers) returns ``blocked`` to todo and wakes its assignee."""
     blocked = Issue.objects.select_for_update().get(pk=blocked.pk)
     ensure_may_change(actor, blocked)  # blocking the requester changes it: an agent's own issue only
     IssueRelation.objects.get_or_create(company_id=blocked.company_id, issue=blocker, related_issue=blocked,
                                         kind=RelationKind.BLOCKS)
+    if blocker.status in TERMINAL_ISSUE_STATUSES:
+        return  # a blocker created finished has nothing left to wait for
     if blocked.status not in (IssueStatus.DONE, IssueStatus.CANCELLED, IssueStatus.BLOCKED):
         previous = blocked.status
         _status_timestamps(blocked, IssueStatus.BLOCKED, timezone.now())
@@ -285,8 +293,10 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
                             entity_id=issue.pk, details=details)
             events.issue_updated_atomic.send(sender=None, issue=issue, actor=actor, changes=diff)
             events.announce(events.issue_updated, issue=issue, actor=actor, changes=diff)
+            if "status" in diff and issue.status in TERMINAL_ISSUE_STATUSES:
+                issue_became_terminal(issue)  # every terminal status change passes here
             if reassigned and issue.assignee_agent_id is not None:
-                wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason="assigned")
+                wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason=ISSUE_ASSIGNED)
         elif adjustment:
             activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
                             entity_id=issue.pk, details={"changes": {}, "parentAdjusted": adjustment.as_dict()})

@@ -8,6 +8,12 @@ Precedence, highest first (README, "Run settings"):
    ``WORKFLOW.md``, then connector defaults; issues.workflow),
 4. the global default in ``settings.PAPERCLIP``.
 
+The workflow layer (``issues.workflow.settings``): milliseconds become seconds rounded up, a stall
+timeout of 0 or less turns stall detection off. Hooks go per hook: a name set in the project's
+``workspace_hooks`` (even to "", which turns it off) beats the document's ``hooks.<name>``; the hook
+timeout is ``project.hook_timeout_seconds``, else ``hooks.timeout_ms``, else ``DEFAULT_HOOK_TIMEOUT``.
+``sources`` names the layer of each knob, ``hooks.<name>`` and ``hook_timeout_seconds``.
+
 Every consumer (dispatch, the process adapter's stall check, the stale sweep, continuations,
 workspace hooks) asks this module, so the precedence lives in one place.
 """
@@ -47,24 +53,57 @@ def _int_value(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _camel_knobs(cfg: dict) -> dict:
+    """An agent's or project's camelCase settings as knob values (a wrong type is ignored here; the
+    admin and the API validate them)."""
+    values = {}
+    for name, (key, _default) in KNOBS.items():
+        value = _int_value(cfg.get(key)) if isinstance(cfg, dict) else None
+        if value is not None:
+            values[name] = value
+    return values
+
+
 def run_policy_for(*, agent, issue=None, project=None) -> RunPolicy:
     """The policy for a run of ``agent`` on ``issue`` (or in ``project``)."""
+    return run_policy_and_document(agent=agent, issue=issue, project=project)[0]
+
+
+def run_policy_and_document(*, agent, issue=None, project=None):
+    """:func:`run_policy_for` and the effective workflow document it used (for display)."""
+    from issues.workflow.effective import effective_document
+    from issues.workflow.settings import HOOK_NAMES, workflow_knobs
     from issues.workspaces.service import DEFAULT_HOOK_TIMEOUT
 
     if project is None and issue is not None and issue.project_id:
         project = issue.project
-    agent_cfg = (agent.runtime_config or {}) if agent is not None else {}
-    project_cfg = (project.run_settings or {}) if project is not None else {}
-    workflow_cfg: dict = {}  # filled in by the workflow document layer (issues.workflow)
+    document = effective_document(issue=issue, project=project)
+    workflow = workflow_knobs(document.config)
+    layers = (("agent", _camel_knobs((agent.runtime_config or {}) if agent is not None else {})),
+              ("project", _camel_knobs((project.run_settings or {}) if project is not None else {})),
+              ("workflow", workflow.values))
     values, sources = {}, {}
-    for name, (key, default_key) in KNOBS.items():
-        for source, cfg in (("agent", agent_cfg), ("project", project_cfg), ("workflow", workflow_cfg)):
-            value = _int_value(cfg.get(key))
-            if value is not None:
-                values[name], sources[name] = value, source
+    for name, (_key, default_key) in KNOBS.items():
+        for source, layer in layers:
+            if name in layer:
+                values[name], sources[name] = layer[name], source
                 break
         else:
             values[name], sources[name] = int(settings.PAPERCLIP[default_key]), "default"
-    hooks = dict((project.workspace_hooks or {}) if project is not None else {})
-    hook_timeout = (project.hook_timeout_seconds if project is not None else None) or DEFAULT_HOOK_TIMEOUT
-    return RunPolicy(**values, hooks=hooks, hook_timeout_seconds=hook_timeout, sources=sources)
+    # Hooks, per hook: a key the project sets (even to "", which turns the hook off) beats the document.
+    project_hooks = (project.workspace_hooks or {}) if project is not None else {}
+    project_hooks = project_hooks if isinstance(project_hooks, dict) else {}
+    hooks = {}
+    for name in HOOK_NAMES:
+        if name in project_hooks:
+            hooks[name], sources[f"hooks.{name}"] = project_hooks[name], "project"
+        elif name in workflow.hooks:
+            hooks[name], sources[f"hooks.{name}"] = workflow.hooks[name], "workflow"
+    if project is not None and project.hook_timeout_seconds:
+        hook_timeout, sources["hook_timeout_seconds"] = project.hook_timeout_seconds, "project"
+    elif workflow.hook_timeout_seconds:
+        hook_timeout, sources["hook_timeout_seconds"] = workflow.hook_timeout_seconds, "workflow"
+    else:
+        hook_timeout, sources["hook_timeout_seconds"] = DEFAULT_HOOK_TIMEOUT, "default"
+    policy = RunPolicy(**values, hooks=hooks, hook_timeout_seconds=hook_timeout, sources=sources)
+    return policy, document

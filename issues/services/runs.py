@@ -1,5 +1,6 @@
 """Heartbeat runs: start, liveness, usage and budget, stop, finish (locks released in the same
-transaction), liveness continuations, retries with backoff, and stale-run abandonment."""
+transaction), liveness continuations, retries with backoff (both for the issue's current
+assignee), and stale-run abandonment. Run knobs come from .run_policy."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
+from django.db.models import BigIntegerField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
@@ -21,31 +22,35 @@ from issues.choices import (
     TERMINAL_RUN_STATUSES,
     AuthorType,
     IssueStatus,
+    RunEventKind,
     RunLiveness,
+    RunResultStatus,
     RunStatus,
     WakeSource,
     WakeStatus,
 )
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotCheckoutOwner
-from issues.models import ActivityLog, Agent, Company, HeartbeatRun, Issue, RunEvent, WakeupRequest
+from issues.models import ActivityLog, Agent, Company, HeartbeatRun, Issue, Project, RunEvent, WakeupRequest
 
 from .activity import activity_record
 from .fences import lock_details
+from .run_policy import KNOBS, run_policy_for
 
 # Runs whose issue is still worth working on (continuations and retries stop otherwise).
 ACTIVE_ISSUE_STATUSES = (IssueStatus.TODO, IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueStatus.BACKLOG)
-PROGRESS_ACTIONS = ("comment.created", "document.revised", "issue.updated", "issue.created", "interaction.created")
+PROGRESS_ACTIONS = ("comment.created", "document.revised", "issue.updated", "issue.created", "interaction.created",
+                    "work_product.created")
 RETRYABLE = (RunStatus.TIMED_OUT, RunStatus.INTERRUPTED)
+# A reported result that ends the chain: no retry, no continuation ("failed" is retried instead).
+FINAL_RESULTS = (RunResultStatus.DONE, RunResultStatus.HANDOFF, RunResultStatus.ABORTED)
+RETRY_REASON = "process_lost_retry"  # upstream's wake reason for a retry
+# Wakes that will still start a run for the issue.
+PENDING_WAKE_STATUSES = (WakeStatus.QUEUED, WakeStatus.DEFERRED_ISSUE_EXECUTION)
 
 
 def this_owner() -> str:
     """Identifies the process that starts agent processes; only it may kill them."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def runtime_setting(agent: Agent, name: str, default_key: str) -> int:
-    value = (agent.runtime_config or {}).get(name)
-    return int(value) if isinstance(value, int) and value >= 0 else settings.PAPERCLIP[default_key]
 
 
 def retry_delay(attempt: int) -> timedelta:
@@ -55,16 +60,35 @@ def retry_delay(attempt: int) -> timedelta:
 
 
 # --- while running ---------------------------------------------------------------------------
-def run_append_event(*, run_id, kind: str, message: str = "", data=None, liveness: bool = True) -> RunEvent:
-    """Append to the run's log. Output counts as liveness (it refreshes last_heartbeat_at)."""
+def run_append_event(*, run_id, kind: str, message: str = "", data=None, liveness: bool = True,
+                     activity: bool | None = None) -> RunEvent:
+    """Append to the run's log. Output counts as liveness (last_heartbeat_at, read by the stale
+    sweep) and as activity (last_activity_at, read by stall detection). ``activity`` defaults to
+    ``liveness`` except for ``heartbeat`` events: the adapter's "pid alive" beats prove the
+    process exists, not that it works."""
+    if activity is None:
+        activity = liveness and kind != RunEventKind.HEARTBEAT
     now = timezone.now()
     with transaction.atomic():
         updates = {"event_seq": F("event_seq") + 1}
         if liveness:
             updates["last_heartbeat_at"] = now
+        if activity:
+            updates["last_activity_at"] = now
         HeartbeatRun.objects.filter(pk=run_id).update(**updates)
         seq = HeartbeatRun.objects.values_list("event_seq", flat=True).get(pk=run_id)
         return RunEvent.objects.create(run_id=run_id, seq=seq, kind=kind, message=message, data=data or {})
+
+
+def run_touch_activity(*, run_id, agent_id, now=None) -> bool:
+    """An agent's API request made from a run is that run's liveness and activity. One
+    conditional UPDATE (no read first), at most one write per run per
+    RUN_ACTIVITY_THROTTLE_SECONDS; nothing for another agent's run or an ended one. True when written."""
+    now = now or timezone.now()
+    recent = now - timedelta(seconds=settings.PAPERCLIP["RUN_ACTIVITY_THROTTLE_SECONDS"])
+    return bool(HeartbeatRun.objects.filter(pk=run_id, agent_id=agent_id, status__in=LIVE_RUN_STATUSES).filter(
+        Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=recent)
+    ).update(last_heartbeat_at=now, last_activity_at=now))
 
 
 def run_mark_running(*, run: HeartbeatRun, owner: str = "", pid: int | None = None) -> HeartbeatRun:
@@ -91,7 +115,7 @@ def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = Non
         run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
         if run.status not in LIVE_RUN_STATUSES:
             raise Conflict("The run has ended.", code="run_not_live", details={"status": run.status})
-        run.last_heartbeat_at = now
+        run.last_heartbeat_at = run.last_activity_at = now
         if run.status != RunStatus.RUNNING:
             run.status, run.started_at = RunStatus.RUNNING, run.started_at or now
         if liveness:
@@ -250,47 +274,106 @@ def _chain_root(run: HeartbeatRun):
 
 
 def _follow_up(run: HeartbeatRun):
-    """At most one follow-up: a retry for process loss, else a liveness continuation."""
-    if run.issue_id is None or run.stop_reason:
+    """At most one follow-up: a retry (process loss, or the agent reported ``failed``), else a
+    liveness continuation, for the issue's current assignee (``_follow_up_agent``). A reported
+    ``done``, ``handoff`` or ``aborted`` ends the chain."""
+    retry = _retry_warranted(run)
+    if run.issue_id is None or not (retry or _continuation_warranted(run)):
         return
-    issue = Issue.objects.get(pk=run.issue_id)
+    issue = Issue.objects.select_related("project").get(pk=run.issue_id)
     if issue.status not in ACTIVE_ISSUE_STATUSES:
         return
-    agent = Agent.objects.get(pk=run.agent_id)
-    if run.status in RETRYABLE:
-        _schedule_retry(run, agent, issue)
-    elif run.liveness in CONTINUABLE_LIVENESS:
-        _continue(run, agent, issue)
+    agent = _follow_up_agent(run, issue, "retry" if retry else "continuation")
+    if agent is None:
+        return
+    policy = run_policy_for(agent=agent, issue=issue)
+    if retry:
+        _schedule_retry(run, agent, issue, _retry_attempt(run, policy.max_retries))
+    else:
+        _continue(run, agent, issue, policy.max_turns)
+
+
+def _retry_warranted(run: HeartbeatRun) -> bool:
+    """Process loss (timed out, stalled, interrupted) or a reported ``failed``; never after a stop
+    or a final report. A non-zero exit the agent did not report as failed is not retried."""
+    if run.stop_reason or run.result_status in FINAL_RESULTS:
+        return False
+    return run.status in RETRYABLE or (run.result_status == RunResultStatus.FAILED
+                                       and run.status != RunStatus.CANCELLED)
+
+
+def _continuation_warranted(run: HeartbeatRun) -> bool:
+    return not run.stop_reason and not run.result_status and run.liveness in CONTINUABLE_LIVENESS
+
+
+def _retry_attempt(run: HeartbeatRun, max_retries: int) -> int | None:
+    attempt = run.retry_attempt + 1
+    return attempt if attempt <= max_retries else None
 
 
 def next_retry_attempt(run: HeartbeatRun, agent: Agent) -> int | None:
-    """The attempt number a retry of this ended run gets, or None when it is not retried: only
-    process loss (timed out / interrupted) without a stop, within the agent's retry budget."""
-    if run.stop_reason or run.status not in RETRYABLE:
+    """The attempt number a retry of this ended run gets, or None when it is not retried
+    (``_retry_warranted``, within the policy's max_retries)."""
+    if not _retry_warranted(run):
         return None
-    attempt = run.retry_attempt + 1
-    return attempt if attempt <= runtime_setting(agent, "maxRetries", "RUN_MAX_RETRIES") else None
+    return _retry_attempt(run, run_policy_for(agent=agent, issue=run.issue if run.issue_id else None).max_retries)
 
 
-def _schedule_retry(run, agent, issue):
+def _assignment_lost(run: HeartbeatRun, issue: Issue) -> bool:
+    """Did the run's agent stop being the issue's assignee after the run was created? The issue's
+    audit trail has every assignee change as ``changes.assignee_agent = [old, new]``."""
+    mine = str(run.agent_id)
+    for details in ActivityLog.objects.filter(entity_type="issue", entity_id=str(issue.pk), action="issue.updated",
+                                              created_at__gte=run.created_at).values_list("details", flat=True):
+        change = ((details or {}).get("changes") or {}).get("assignee_agent")
+        if isinstance(change, list) and change and change[0] == mine:
+            return True
+    return False
+
+
+def _follow_up_agent(run: HeartbeatRun, issue: Issue, kind: str) -> Agent | None:
+    """Who a follow-up wakes. The run's agent while it holds the assignment, or when it never did
+    (a mentioned reviewer's run follows itself up). When the assignment moved away during the run
+    (the board, a case handoff) the old agent is never woken: the new assignee gets the follow-up
+    unless it already has the issue in hand (a live run or a pending wake); an issue without an
+    agent assignee gets none. A dropped follow-up is recorded with its reason."""
+    if issue.assignee_agent_id == run.agent_id or not _assignment_lost(run, issue):
+        return Agent.objects.get(pk=run.agent_id)
+    assignee_id = issue.assignee_agent_id
+    if assignee_id is None:
+        reason = "assigned_to_user" if issue.assignee_user_id else "unassigned"
+    elif (HeartbeatRun.objects.filter(agent_id=assignee_id, issue=issue, status__in=LIVE_RUN_STATUSES).exists()
+          or WakeupRequest.objects.filter(agent_id=assignee_id, issue=issue,
+                                          status__in=PENDING_WAKE_STATUSES).exists()):
+        reason = "reassigned"
+    else:
+        reason = ""
+    details = {"followUp": kind, "previousAgentId": str(run.agent_id),
+               "assigneeAgentId": str(assignee_id) if assignee_id else None}
+    activity_record(actor=SYSTEM, company_id=run.company_id,
+                    action="run.followup_dropped" if reason else "run.followup_rerouted", entity_type="run",
+                    entity_id=run.pk, run=run, details={"reason": reason, **details} if reason else details)
+    return None if reason else Agent.objects.get(pk=assignee_id)
+
+
+def _schedule_retry(run, agent, issue, attempt: int | None):
     from .wakeups import agent_wakeup
 
-    attempt = next_retry_attempt(run, agent)
     if attempt is None:
         return
     due = timezone.now() + retry_delay(attempt)
-    agent_wakeup(actor=SYSTEM, agent=agent, source=WakeSource.AUTOMATION, reason="retry", issue=issue,
-                 context={"retryAttempt": attempt, "sourceRunId": str(run.pk), "previousStatus": run.status},
+    agent_wakeup(actor=SYSTEM, agent=agent, source=WakeSource.AUTOMATION, reason=RETRY_REASON, issue=issue,
+                 context={"retryAttempt": attempt, "sourceRunId": str(run.pk), "previousStatus": run.status,
+                          "resultStatus": run.result_status},
                  run_fields={"status": RunStatus.SCHEDULED_RETRY, "scheduled_for": due,
                              "source_run_id": _chain_root(run), "retry_attempt": attempt,
                              "continuation_attempt": run.continuation_attempt})
 
 
-def _continue(run, agent, issue):
+def _continue(run, agent, issue, limit: int):
     from .thread import comment_create
     from .wakeups import agent_wakeup
 
-    limit = runtime_setting(agent, "maxContinuations", "RUN_MAX_CONTINUATIONS")
     attempt = run.continuation_attempt + 1
     if attempt > limit:
         comment_create(
@@ -312,22 +395,41 @@ def _continue(run, agent, issue):
 
 # --- abandonment --------------------------------------------------------------------------------
 def runs_reap_stale(*, now=None, owner: str | None = None) -> list[HeartbeatRun]:
-    """Runs whose heartbeat went stale are abandoned: timed out, lock released, retried with
-    backoff. A process is killed only when ``owner`` (this process) started it."""
+    """Runs whose heartbeat went stale (each by its own policy's heartbeat_stale_seconds) are
+    abandoned: timed out, lock released, retried with backoff. A process is killed only when
+    ``owner`` (this process) started it. Queued runs are never swept (they have not started)."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.PAPERCLIP["RUN_HEARTBEAT_STALE_SECONDS"])
-    stale = list(
-        HeartbeatRun.objects.filter(status=RunStatus.RUNNING)
-        .annotate(seen=Coalesce("last_heartbeat_at", "started_at", "created_at"))
-        .filter(seen__lt=cutoff)
-    )
+    running = HeartbeatRun.objects.filter(status=RunStatus.RUNNING)
+    cutoff = now - timedelta(seconds=_smallest_stale_seconds(running))
+    candidates = (running.annotate(seen=Coalesce("last_heartbeat_at", "started_at", "created_at"))
+                  .filter(seen__lt=cutoff).select_related("agent", "issue", "issue__project"))
     reaped = []
-    for run in stale:
+    for run in candidates:
+        stale_after = run_policy_for(agent=run.agent, issue=run.issue).heartbeat_stale_seconds
+        if run.seen >= now - timedelta(seconds=stale_after):
+            continue
         if run.pid and ((owner and run.owner == owner) or _orphaned_here(run)):
             kill_process_group(run.pid)
         reaped.append(run_finish(run=run, status=RunStatus.TIMED_OUT,
                                  error=f"heartbeat stale since {(run.last_heartbeat_at or run.started_at)}"))
     return reaped
+
+
+def _smallest_stale_seconds(running) -> int:
+    """The shortest stale threshold a running run may have, so one SQL filter finds every
+    candidate (each is then checked by its own policy): the default, an agent's setting, and each
+    project's policy (its setting or its workflow document) among the running runs."""
+    key = KNOBS["heartbeat_stale_seconds"][0]
+    values, project_ids = [settings.PAPERCLIP["RUN_HEARTBEAT_STALE_SECONDS"]], set()
+    for agent_cfg, project_id in running.values_list("agent__runtime_config", "issue__project_id"):
+        value = agent_cfg.get(key) if isinstance(agent_cfg, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            values.append(value)
+        if project_id:
+            project_ids.add(project_id)
+    values += [run_policy_for(agent=None, project=project).heartbeat_stale_seconds
+               for project in Project.objects.filter(pk__in=project_ids)]
+    return min(values)
 
 
 def runs_reconcile_on_start(*, hostname: str | None = None) -> list[HeartbeatRun]:

@@ -14,6 +14,7 @@ from issues.models import Comment, Document, DocumentRevision, Interaction, Issu
 
 from .activity import activity_record
 from .fences import ensure_may_change, ensure_owning_run
+from .wake_triggers import ISSUE_COMMENTED, interaction_answered_wake, mentions_wake
 from .wakeups import wake_assignee
 
 DOCUMENT_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -58,8 +59,10 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
         events.announce(events.comment_created, comment=comment, actor=actor)
         events.comment_created_atomic.send(sender=None, comment=comment, actor=actor)
         if comment.author_type != AuthorType.SYSTEM:
-            wake_assignee(issue=issue, source=WakeSource.AUTOMATION, reason="comment", comment_ids=[comment.pk],
-                          author_agent_id=comment.author_agent_id)
+            # A mentioned assignee gets the mention wake only, not a second "commented" one.
+            if issue.assignee_agent_id not in mentions_wake(comment, issue):
+                wake_assignee(issue=issue, source=WakeSource.AUTOMATION, reason=ISSUE_COMMENTED,
+                              comment_ids=[comment.pk], author_agent_id=comment.author_agent_id)
     return comment
 
 
@@ -188,6 +191,8 @@ def interaction_respond(*, actor: Actor, interaction: Interaction, status: str, 
             activity_record(actor=actor, company_id=interaction.company_id, action="interaction.responded",
                             entity_type="issue", entity_id=interaction.issue_id,
                             details={"interactionId": str(interaction.pk), "status": status})
+    # After the commit, and before an expiry is raised: the asking agent learns either outcome.
+    interaction_answered_wake(interaction)
     if stale is not None:
         # Raised after commit: the expiry is kept, the acceptance is refused.
         raise StaleRevision("The document changed after this confirmation was requested.",

@@ -20,6 +20,7 @@ from issues.choices import (
 )
 from issues.exceptions import InvalidInput, NotFound
 from issues.models import Agent, Comment, HeartbeatRun, Issue, WakeupRequest
+from issues.run_context import WAKE_REASONS_KEPT
 
 from .activity import activity_record
 from .kicks import kick_dispatcher
@@ -109,7 +110,7 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields):
     )
     if live is not None and not run_fields.get("source_run"):
         wake.status, wake.run = WakeStatus.COALESCED, live
-        _carry_into(live, comment_ids)
+        _carry_into(live, comment_ids, reason, wake.context or {})
         return
     holder = _lock_holder(agent, issue)
     if holder is not None:
@@ -117,26 +118,50 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields):
         return
     wake.run = HeartbeatRun.objects.create(
         company_id=agent.company_id, agent=agent, issue=issue, invocation_source=source, wake_reason=reason,
-        adapter_type=agent.adapter_type, context={**wake.context, "commentIds": comment_ids}, **run_fields,
+        adapter_type=agent.adapter_type,
+        context={**wake.context, "commentIds": comment_ids, "wakeReasons": [reason] if reason else []},
+        **run_fields,
     )
     wake.status = WakeStatus.CLAIMED
 
 
-def _carry_into(run: HeartbeatRun, comment_ids: list[str]):
-    """A coalesced wake adds its count and comment ids to the run's primary wake and context."""
+def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context: dict):
+    """A coalesced wake adds its count and comment ids to the run's primary wake, and its reason
+    and context to the run, newest first in line: the run starts with (or reads next) the newest
+    reason, packet, approval, ... At most one UPDATE of the run row, only when something changed."""
     primaries = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED)
     if not comment_ids:
         primaries.update(coalesced_count=F("coalesced_count") + 1)  # one statement on the hot path
-        return
-    primary = primaries.order_by("created_at").first()
-    if primary:
-        primary.coalesced_count += 1
-        primary.comment_ids = primary.comment_ids + [c for c in comment_ids if c not in primary.comment_ids]
-        primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
+    else:
+        primary = primaries.order_by("created_at").first()
+        if primary:
+            primary.coalesced_count += 1
+            primary.comment_ids = primary.comment_ids + [c for c in comment_ids if c not in primary.comment_ids]
+            primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
+    merged = _merged_context(run, comment_ids, reason, context)
+    changed = ["context"] if merged != run.context else []
+    if reason and reason != run.wake_reason:
+        run.wake_reason = reason
+        changed.append("wake_reason")
+    if changed:
+        run.context = merged
+        run.save(update_fields=[*changed, "updated_at"])
+
+
+def _merged_context(run: HeartbeatRun, comment_ids: list[str], reason: str, context: dict) -> dict:
+    """The run's context after a coalesced wake: the wake's keys win; comment ids are a union in
+    arrival order; ``wakeReasons`` lists reasons oldest first (the newest WAKE_REASONS_KEPT)."""
+    current = run.context or {}
+    merged = {**current, **{k: v for k, v in context.items() if k not in ("commentIds", "wakeReasons")}}
     if comment_ids:
-        known = run.context.get("commentIds", [])
-        run.context = {**run.context, "commentIds": known + [c for c in comment_ids if c not in known]}
-        run.save(update_fields=["context", "updated_at"])
+        known = current.get("commentIds", [])
+        merged["commentIds"] = known + [c for c in comment_ids if c not in known]
+        if "wakeCommentId" not in context and "wakeCommentId" in current:
+            merged["wakeCommentId"] = comment_ids[-1]  # the newest wake's comment, not an older one
+    if reason:
+        reasons = list(current.get("wakeReasons") or ([run.wake_reason] if run.wake_reason else []))
+        merged["wakeReasons"] = (reasons + [reason])[-WAKE_REASONS_KEPT:]
+    return merged
 
 
 def wakeups_promote_deferred(*, run: HeartbeatRun) -> int:
@@ -163,12 +188,14 @@ def wakeups_promote_deferred(*, run: HeartbeatRun) -> int:
     return promoted
 
 
-def wake_assignee(*, issue: Issue, source: str, reason: str, comment_ids=(),
-                  author_agent_id=None) -> WakeupRequest | None:
-    """Assignment and new comments wake the assigned agent; its own comments never do."""
+def wake_assignee(*, issue: Issue, source: str, reason: str, comment_ids=(), author_agent_id=None,
+                  idempotency_key: str | None = None, context: dict | None = None) -> WakeupRequest | None:
+    """Wake the assigned agent of an actionable issue (assignment, comments, resolved blockers,
+    finished children); an agent's own comments never wake it."""
     if issue.assignee_agent_id is None or issue.status not in ACTIONABLE or author_agent_id == issue.assignee_agent_id:
         return None
     # agent_wakeup locks and re-reads the agent row itself; this only names it.
     agent = Agent(pk=issue.assignee_agent_id, company_id=issue.company_id)
     return agent_wakeup(actor=SYSTEM, agent=agent, source=source, reason=reason, issue=issue,
-                        comment_ids=comment_ids, issue_is_current=True)
+                        comment_ids=comment_ids, idempotency_key=idempotency_key, context=context,
+                        issue_is_current=True)

@@ -6,7 +6,7 @@ from django.core.validators import URLValidator
 from django.db import transaction
 
 from issues import events
-from issues.actors import Actor
+from issues.actors import SYSTEM, Actor
 from issues.choices import WorkProductKind
 from issues.exceptions import InvalidInput
 from issues.models import Issue, WorkProduct
@@ -52,11 +52,31 @@ def work_product_create(*, actor: Actor, issue: Issue, kind: str, title: str = "
     with transaction.atomic():
         issue = Issue.objects.select_for_update().get(pk=issue.pk)
         ensure_may_change(actor, issue)
-        work_product = WorkProduct.objects.create(
-            company_id=issue.company_id, issue=issue, kind=kind, title=values["title"], url=values["url"],
-            external_id=values["externalId"], status=values["status"], run=actor.run if actor.is_agent else None)
-        activity_record(actor=actor, company_id=issue.company_id, action="work_product.created", entity_type="issue",
-                        entity_id=issue.pk, details={"workProductId": str(work_product.pk), "kind": kind,
-                                                     "url": values["url"], "externalId": values["externalId"]})
-        events.work_product_created_atomic.send(sender=None, work_product=work_product, actor=actor)
+        return _create(actor, issue, kind, values, run=actor.run if actor.is_agent else None)
+
+
+def work_product_record_for_run(*, run, kind: str, url: str, title: str = "") -> tuple[WorkProduct, bool]:
+    """The host records a work product a run reported on its issue (the output contract's
+    ``pr_url``): validated like any other, linked to the run, attributed to the system (the host
+    writes it, so the agent fences do not apply: the run may have lost its checkout by now), and
+    idempotent by URL per issue — a result reported twice, or a PR the agent already posted
+    itself, is one work product. Returns (work product, created)."""
+    values = _clean(kind, title, url, "", "")
+    with transaction.atomic():
+        issue = Issue.objects.select_for_update().get(pk=run.issue_id)
+        existing = WorkProduct.objects.filter(issue=issue, url=values["url"]).first()
+        if existing is not None:
+            return existing, False
+        return _create(SYSTEM, issue, kind, values, run=run), True
+
+
+def _create(actor: Actor, issue: Issue, kind: str, values: dict, *, run) -> WorkProduct:
+    """Inside the caller's transaction, on the locked issue row."""
+    work_product = WorkProduct.objects.create(
+        company_id=issue.company_id, issue=issue, kind=kind, title=values["title"], url=values["url"],
+        external_id=values["externalId"], status=values["status"], run=run)
+    activity_record(actor=actor, company_id=issue.company_id, action="work_product.created", entity_type="issue",
+                    entity_id=issue.pk, run=run, details={"workProductId": str(work_product.pk), "kind": kind,
+                                                          "url": values["url"], "externalId": values["externalId"]})
+    events.work_product_created_atomic.send(sender=None, work_product=work_product, actor=actor)
     return work_product

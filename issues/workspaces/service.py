@@ -10,7 +10,9 @@ Rules (seed 000 first section and §9.4, seed 003 hooks, Symphony §9):
   ``isolated`` → a git worktree on the issue's own branch under ``WORKSPACE_ROOT``; ``shared`` →
   the project folder with one writer at a time (``workspace_busy``).
 - Hooks: ``after_create`` (new workspace only) and ``before_run`` are fatal; ``after_run`` and
-  ``before_remove`` are logged only. All obey ``project.hook_timeout_seconds``.
+  ``before_remove`` are logged only. Commands and the timeout come from the run policy
+  (issues.services.run_policy: the project's own hooks and ``hook_timeout_seconds``, then the
+  workflow document's ``hooks.*`` and ``hooks.timeout_ms``, then the default).
 
 No DB transaction is held while git or a hook runs: every DB write is a short ``atomic`` block
 before or after the filesystem work. Git work on one repository is serialized on this host by a
@@ -550,12 +552,16 @@ def _release_writer(*, workspace: ExecutionWorkspace, run: HeartbeatRun):
 
 def _hook(workspace: ExecutionWorkspace, name: str, *, issue: Issue | None, run: HeartbeatRun | None
           ) -> HookResult | None:
-    """Run hook ``name`` of the workspace's project; record it in ``hook_log``. ``None`` if unset."""
-    project = workspace.project
-    command = hook_command(project.workspace_hooks if project is not None else None, name)
+    """Run hook ``name``; record it in ``hook_log``. ``None`` if unset. The command and its timeout
+    come from the run policy: the project's hooks and ``hook_timeout_seconds``, else the effective
+    WORKFLOW.md's ``hooks.*`` and ``hooks.timeout_ms``, else the default timeout."""
+    from issues.services.run_policy import run_policy_for
+
+    policy = run_policy_for(agent=run.agent if run is not None else None, issue=issue, project=workspace.project)
+    command = hook_command(policy.hooks, name)
     if not command:
         return None
-    timeout = (project.hook_timeout_seconds or DEFAULT_HOOK_TIMEOUT) if project is not None else DEFAULT_HOOK_TIMEOUT
+    timeout = policy.hook_timeout_seconds or DEFAULT_HOOK_TIMEOUT
     env = {
         "PAPERCLIP_WORKSPACE_PATH": workspace.path,
         "PAPERCLIP_WORKSPACE_ID": workspace.pk,
