@@ -115,9 +115,11 @@ def candidates(inbox, me_id):
     """Step 4's order: PAPERCLIP_TASK_ID when it is mine, in_progress, in_review only when a comment
     on it woke me (someone asked for a review), then todo. Blocked work is skipped."""
     mine = [i for i in inbox if i.get("assigneeAgentId") == me_id]
-    ordered = [i for i in mine if TASK_ID and i["id"] == TASK_ID and i["status"] != "blocked"]
+    review_asked = WAKE_REASON in COMMENT_WAKES
+    workable = ("todo", "in_progress", "in_review") if review_asked else ("todo", "in_progress")
+    ordered = [i for i in mine if TASK_ID and i["id"] == TASK_ID and i["status"] in workable]
     ordered += [i for i in mine if i["status"] == "in_progress"]
-    if WAKE_REASON in COMMENT_WAKES:
+    if review_asked:
         ordered += [i for i in mine if i["status"] == "in_review" and i["id"] == TASK_ID]
     ordered += [i for i in mine if i["status"] == "todo"]
     seen, unique = set(), []

@@ -101,3 +101,41 @@ def test_agent_waits_for_its_approval_and_finishes_when_the_board_approves(host,
     assert last.context["approvalId"] == approval["id"] and last.context["approvalStatus"] == "approved"
     assert f"approval {approval['id']} is approved" in run_log(last)
     assert HeartbeatRun.objects.filter(agent=agent).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_comment_asking_for_review_wakes_the_agent_which_reviews_the_in_review_issue(host, company):
+    agent = example_agent(company, "done")
+    client = board(company)
+    created = client.post(f"/api/companies/{company.pk}/issues", {
+        "title": "Check the changelog", "status": "in_review"}, format="json")
+    issue_id = created.json()["id"]
+    assigned = client.patch(f"/api/issues/{issue_id}", {"assigneeAgentId": str(agent.pk)}, format="json")
+    assert assigned.status_code == 200
+    drive(lambda: not HeartbeatRun.objects.filter(status__in=LIVE_RUN_STATUSES).exists())
+    # The assignment alone does not make review work: in_review is picked only when a comment asks.
+    assert client.get(f"/api/issues/{issue_id}").json()["status"] == "in_review"
+
+    comment = client.post(f"/api/issues/{issue_id}/comments", {"body": "Please review the wording."}, format="json")
+    assert comment.status_code == 201
+    drive(lambda: client.get(f"/api/issues/{issue_id}").json()["status"] == "done")
+
+    last = HeartbeatRun.objects.filter(agent=agent).order_by("-created_at").first()
+    log = run_log(last)
+    assert last.wake_reason == "issue_commented" and last.context["commentIds"] == [comment.json()["id"]]
+    assert "task packet:" in log and "woken by comment: Please review the wording." in log
+    assert last.result_status == "done" and "Reviewed it as asked" in last.result_summary
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reported_failure_is_retried_with_backoff(host, company):
+    agent = example_agent(company, "report_failure")
+    client = board(company)
+    client.post(f"/api/companies/{company.pk}/issues", {"title": "Flaky", "assigneeAgentId": str(agent.pk)},
+                format="json")
+    drive(lambda: HeartbeatRun.objects.filter(agent=agent, status="scheduled_retry").exists())
+    failed = HeartbeatRun.objects.get(agent=agent, status="failed")
+    assert failed.result_status == "failed" and failed.exit_code == 1
+    retry = HeartbeatRun.objects.get(agent=agent, status="scheduled_retry")
+    assert retry.wake_reason == "process_lost_retry" and retry.retry_attempt == 1
+    assert retry.scheduled_for > failed.finished_at

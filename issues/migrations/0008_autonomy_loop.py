@@ -48,7 +48,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='heartbeatrun',
             name='result_pr_url',
-            field=models.URLField(blank=True, max_length=1000),
+            field=models.CharField(blank=True, max_length=1000),
         ),
         migrations.AddField(
             model_name='heartbeatrun',

@@ -60,7 +60,7 @@ class HeartbeatRun(UUIDModel):
     # The worker's output contract (seed 003): PAPERCLIP_RESULT or a final heartbeat.
     result_status = models.CharField(max_length=16, choices=RunResultStatus.choices, blank=True)
     result_final_state = models.CharField(max_length=100, blank=True)
-    result_pr_url = models.URLField(max_length=1000, blank=True)
+    result_pr_url = models.CharField(max_length=1000, blank=True)  # an http(s) URL, checked by result_line
     result_summary = models.TextField(blank=True)
 
     class Meta:
