@@ -1,4 +1,12 @@
-"""Who is acting: an agent (API key + run header) or a board user (session + membership role)."""
+"""Who is acting: an agent (API key + run header) or a board user (session or board API key +
+membership role).
+
+The run header (``X-Paperclip-Run-Id``) of an agent names either one of the agent's host runs
+(:attr:`Actor.run`: it must be live for a mutation) or, with a long-lived key, anything else: the
+client's own run id (:attr:`Actor.client_run_id`), recorded on activity rows and locks but never a
+host run, so it is never live (upstream trusts it as given; §2.3 of the reference). A board user's
+header is only ever recorded.
+"""
 from __future__ import annotations
 
 import uuid
@@ -8,8 +16,8 @@ from functools import cached_property
 from django.utils import timezone
 
 from issues.choices import LIVE_RUN_STATUSES, WRITE_ROLES, ActorType, RunStatus
-from issues.exceptions import Conflict, Forbidden, NotFound, Unauthorized
-from issues.models import Agent, Company, HeartbeatRun, Membership
+from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
+from issues.models import Agent, BoardApiKey, Company, HeartbeatRun, Membership
 
 RUN_HEADER = "X-Paperclip-Run-Id"
 
@@ -20,7 +28,10 @@ class Actor:
     user: object | None = None
     run_header: str | None = None
     system: bool = False
+    # The board API key a board request was made with (recorded on every activity row it writes).
+    board_key: BoardApiKey | None = None
     _run: HeartbeatRun | None = field(default=None, repr=False)
+    _client_run_id: uuid.UUID | None = field(default=None, repr=False)
 
     # --- identity -----------------------------------------------------------------------
     @property
@@ -73,24 +84,39 @@ class Actor:
     # --- run header -----------------------------------------------------------------------
     @property
     def run(self) -> HeartbeatRun | None:
-        """The run named by the header, validated against the agent; None for board users."""
+        """The host run named by the header, validated against the agent. None for board users and
+        for a long-lived key's own run id (see :attr:`client_run_id`)."""
         if self.agent is None:
             return self._run
-        if self._run is None:
-            if not self.run_header:
-                raise Unauthorized(f"Agent mutations must carry the {RUN_HEADER} header.", code="run_id_required")
-            try:
-                run_id = uuid.UUID(self.run_header)
-            except ValueError:
-                raise Forbidden(f"{RUN_HEADER} is not a run of this agent.", code="run_mismatch")
-            run = HeartbeatRun.objects.filter(pk=run_id, agent=self.agent).first()
-            if run is None:
-                raise Forbidden(f"{RUN_HEADER} is not a run of this agent.", code="run_mismatch")
-            self._run = run
+        if self._run is None and self._client_run_id is None:
+            self._resolve_run_header()
         return self._run
 
+    @property
+    def client_run_id(self) -> uuid.UUID | None:
+        """The client's own run id: a board user's header, or an agent header naming none of the
+        agent's host runs. Recorded (activity rows, the lock), never trusted as a run."""
+        if self.agent is None:
+            return _uuid_or_none(self.run_header)
+        return self._client_run_id
+
+    def _resolve_run_header(self):
+        if not self.run_header:
+            raise Unauthorized(f"Agent mutations must carry the {RUN_HEADER} header.", code="run_id_required")
+        run_id = _uuid_or_none(self.run_header)
+        if run_id is None:  # recorded in UUID columns, so it must be one
+            raise InvalidInput(f"Invalid {RUN_HEADER} header", code="invalid_run_id",
+                               details={RUN_HEADER: ["Must be a UUID."]})
+        run = HeartbeatRun.objects.filter(pk=run_id, agent=self.agent).first()
+        if run is None:
+            self._client_run_id = run_id
+        else:
+            self._run = run
+
     def require_live_run(self) -> HeartbeatRun | None:
-        """For agent mutations: the run must exist, be this agent's, and not have ended.
+        """For agent mutations: a header is required; when it names one of the agent's host runs,
+        that run must not have ended. None for board users and for a client run id (which is never
+        a live host run: the fences let the same agent adopt its own lock under another id).
 
         A queued run becomes running on its first use, so an agent started outside the host
         can work with the run id its wakeup returned.
@@ -109,16 +135,37 @@ class Actor:
             run.status, run.started_at = RunStatus.RUNNING, now
         return run
 
+    @property
+    def run_ref(self) -> uuid.UUID | None:
+        """The run id this request speaks for, host or client (for details and payloads)."""
+        return self._run.pk if self._run is not None else self.client_run_id
+
     def activity_fields(self) -> dict:
+        """The actor columns of an activity row: every service records them through
+        ``activity_record``, so the run, the client's run id and the board key are never missed."""
+        if self.agent is not None and self.run_header and self._run is None and self._client_run_id is None:
+            try:  # a mutation that did not need a run still records the one it named
+                self._resolve_run_header()
+            except InvalidInput:
+                pass
         return {
             "actor_type": self.actor_type,
             "actor_agent": self.agent,
             "actor_user": self.user if self.agent is None else None,
             "run": self._run,
+            "client_run_id": self.client_run_id,
+            "board_key": self.board_key if self.agent is None else None,
         }
 
 
 SYSTEM = Actor(system=True)
+
+
+def _uuid_or_none(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value else None
+    except ValueError:
+        return None
 
 
 def actor_from_request(request) -> Actor:
@@ -136,7 +183,8 @@ def actor_from_request(request) -> Actor:
             header = str(key_run)
         actor = Actor(agent=principal, run_header=header)
     elif principal is not None and principal.is_authenticated:
-        actor = Actor(user=principal)
+        board_key = request.auth if isinstance(request.auth, BoardApiKey) else None
+        actor = Actor(user=principal, board_key=board_key, run_header=request.headers.get(RUN_HEADER))
     else:
         raise Unauthorized()
     request._paperclip_actor = actor

@@ -41,6 +41,7 @@ from issues.models import (
     WorkflowDocumentCache,
     WorkProduct,
 )
+from issues.models import ApprovalComment, BoardApiKey, CostEvent, Label
 from issues.services.agents import adapter_config_validate
 
 AUDIT_FIELDS = ("id", "created_at", "updated_at")
@@ -653,4 +654,48 @@ class ActivityLogAdmin(admin.ModelAdmin):
     @admin.display(description="actor")
     def actor(self, obj):
         return obj.actor_agent or obj.actor_user or obj.actor_type
+
+
+# --- upstream-compatible records (issue #14): written through the API services ------------------
+
+
+@admin.register(BoardApiKey)
+class BoardApiKeyAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Operator API keys; only the hash is stored, the token is shown once at creation."""
+
+    list_display = ("prefix", "name", "user", "expires_at", "last_used_at", "revoked_at", "created_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("name", "prefix", "user__username")
+    list_select_related = ("user",)
+    exclude = ("key_hash",)
+
+
+@admin.register(Label)
+class LabelAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("name", "color", "company", "created_at")
+    list_filter = ("company",)
+    search_fields = ("name",)
+    list_select_related = ("company",)
+
+
+@admin.register(CostEvent)
+class CostEventAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """The spend ledger: reported cost events and run usage, each counted once."""
+
+    list_display = ("occurred_at", "company", "agent", "provider", "model", "cost_cents", "run")
+    list_filter = ("provider", "company")
+    search_fields = ("agent__name", "provider", "model", "billing_code")
+    list_select_related = ("company", "agent", "run")
+    date_hierarchy = "occurred_at"
+
+
+@admin.register(ApprovalComment)
+class ApprovalCommentAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("approval", "author_agent", "author_user", "short_body", "created_at")
+    search_fields = ("body", "approval__title")
+    list_select_related = ("approval", "author_agent", "author_user")
+
+    @admin.display(description="body")
+    def short_body(self, obj):
+        return _short(obj.body)
 

@@ -25,8 +25,11 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+from issues.choices import WorkspaceStrategy
 from issues.models import Comment, Issue
+from issues.workspaces import gitops
 
 PACKET_MAX_CHARS = 32_000
 DESCRIPTION_MAX_CHARS = 12_000
@@ -129,12 +132,37 @@ def context_env(facts: WakeFacts) -> dict[str, str]:
     return {name: value for name, value in values.items() if value}
 
 
+# Upstream's PAPERCLIP_WORKSPACE_SOURCE: why this folder (the project's checkout or the task's own).
+WORKSPACE_SOURCES = {WorkspaceStrategy.SHARED: "project_primary", WorkspaceStrategy.ISOLATED: "task_session"}
+
+
+def _public_repo_url(repository: str) -> str:
+    """The project's repository when it is a URL, without credentials (agents log their env)."""
+    repository = (repository or "").strip()
+    if not gitops.is_url(repository):
+        return ""  # a local path is not a remote URL
+    parts = urlsplit(repository)
+    if not parts.scheme or "@" not in parts.netloc:
+        return repository  # scp-style git@host:path names a user, never a secret
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    # http(s): user names there are tokens too; other schemes (ssh) keep the user, never a password.
+    user = "" if parts.scheme.lower() in ("http", "https") else userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
+
+
 def workspace_env(workspace) -> dict[str, str]:
-    """Workspace facts for the agent (the run's ExecutionWorkspace, when it has one)."""
+    """Workspace facts for the agent (the run's ExecutionWorkspace, when it has one). STRATEGY keeps
+    this project's names (``shared_workspace`` / ``isolated_workspace``, upstream's workspace modes)."""
     if workspace is None:
         return {}
+    project = workspace.project if workspace.project_id else None
     values = {"PAPERCLIP_WORKSPACE_CWD": workspace.path, "PAPERCLIP_WORKSPACE_ID": str(workspace.pk),
-              "PAPERCLIP_WORKSPACE_BRANCH": workspace.branch, "PAPERCLIP_WORKSPACE_STRATEGY": workspace.strategy}
+              "PAPERCLIP_WORKSPACE_BRANCH": workspace.branch, "PAPERCLIP_WORKSPACE_STRATEGY": workspace.strategy,
+              "PAPERCLIP_WORKSPACE_SOURCE": WORKSPACE_SOURCES.get(workspace.strategy, ""),
+              "PAPERCLIP_WORKSPACE_REPO_URL": _public_repo_url(project.repository) if project else "",
+              "PAPERCLIP_WORKSPACE_REPO_REF": workspace.base_ref,
+              "PAPERCLIP_WORKSPACE_WORKTREE_PATH":
+                  workspace.path if workspace.strategy == WorkspaceStrategy.ISOLATED else ""}
     return {name: value for name, value in values.items() if value}
 
 
@@ -257,8 +285,8 @@ def host_packet(run, issue, facts: WakeFacts, comments: list[dict]) -> str:
         description = _cap(issue.description or "(no description)", DESCRIPTION_MAX_CHARS, "description")
         lines += ["", "## Description", description.rstrip("\n")]
     lines += ["", "## Working through the API",
-              f"Base URL: $PAPERCLIP_API_URL. Authenticate with $PAPERCLIP_API_KEY and send "
-              f"`X-Paperclip-Run-Id: {run_id}` on every mutation."]
+              "Base URL: $PAPERCLIP_API_URL/api (the variable is the server origin). Authenticate with "
+              f"$PAPERCLIP_API_KEY and send `X-Paperclip-Run-Id: {run_id}` on every mutation."]
     if issue is not None:
         lines += [f"- Claim it first: POST /issues/{issue.pk}/checkout (409 means someone else holds it: "
                   "move to your next task)",

@@ -8,7 +8,7 @@ from django.db.models import Q
 
 from issues.actors import Actor
 from issues.choices import TERMINAL_ISSUE_STATUSES
-from issues.exceptions import InvalidInput, NotFound
+from issues.exceptions import Forbidden, InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
 from issues.models import Agent, Approval, Comment, Document, HeartbeatRun, Issue, RunEvent
 
@@ -39,7 +39,11 @@ def get_by_ref(queryset, actor: Actor, pk, label: str):
 def issue_detail(*, actor: Actor, pk) -> Issue:
     issue = issue_get(actor=actor, pk=pk)
     issue.ancestors = ancestors(issue)
-    issue.blocked_by = open_blockers(issue)
+    # Upstream: every blocker and every blocked issue, each with its status (one query each).
+    relations = Issue.objects.filter(company_id=issue.company_id).order_by("created_at", "id")
+    issue.blocked_by = list(relations.filter(outgoing_relations__related_issue=issue,
+                                             outgoing_relations__kind="blocks"))
+    issue.blocks = list(relations.filter(incoming_relations__issue=issue, incoming_relations__kind="blocks"))
     return issue
 
 
@@ -131,22 +135,28 @@ def list_window(params) -> tuple[int, int]:
     return min(window["limit"], settings.PAPERCLIP["API_LIST_MAX_LIMIT"]), window["offset"]
 
 
-def issue_filterset(*, company, params) -> IssueFilterSet:
+def issue_filterset(*, company, params, actor: Actor | None = None) -> IssueFilterSet:
+    """``actor`` resolves ``me`` in the user filters (a board user; without one ``me`` matches nothing)."""
     return IssueFilterSet(
         data=params,
         queryset=Issue.objects.filter(company=company).select_related(*ISSUE_RELATED).order_by(
             "priority_rank", "created_at", "id"
         ),
+        me_user_id=actor.user.pk if actor is not None and actor.is_board else None,
     )
 
 
-def issue_list(*, company, params):
-    """The inbox / issue list: the FilterSet's query, sorted by priority then age."""
-    filterset = issue_filterset(company=company, params=params)
+def issue_list(*, company, params, actor: Actor | None = None):
+    """The inbox / issue list: the FilterSet's query, sorted by priority then age (or as asked);
+    labels come with one more query for the whole page."""
+    me = [name for name in IssueFilterSet.ME_PARAMS if params.get(name) == "me"]
+    if me and actor is not None and not actor.is_board:
+        raise Forbidden(f"{me[0]}=me requires board authentication", code="board_only")
+    filterset = issue_filterset(company=company, params=params, actor=actor)
     if not filterset.is_valid():
         raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
     limit, offset = list_window(params)
-    return filterset.qs[offset: offset + limit]
+    return filterset.qs.prefetch_related("labels")[offset: offset + limit]
 
 
 def comment_list(*, issue: Issue, params):
@@ -303,7 +313,7 @@ def approval_list(*, company, status: str | None = None):
 def approval_issues(approval: Approval) -> list[Issue]:
     """The linked issues in the order they were linked (the first one is the approval's task)."""
     return list(Issue.objects.filter(approval_links__approval=approval).select_related(*ISSUE_RELATED)
-                .order_by("approval_links__created_at", "approval_links__id"))
+                .prefetch_related("labels").order_by("approval_links__created_at", "approval_links__id"))
 
 
 def approval_history(approval: Approval):
@@ -375,3 +385,386 @@ def company_live_runs(*, company) -> list[HeartbeatRun]:
                     "id", "status", "invocation_source", "started_at", "finished_at", "created_at", "agent_id",
                     "agent__name", "adapter_type", "issue_id")
                 .order_by("-created_at", "-id")[:LIVE_RUNS_LIMIT])
+
+
+def approval_comment_list(*, approval: Approval, params):
+    """``GET /approvals/{id}/comments``: oldest first, one query, bounded by ``limit``/``offset``."""
+    from issues.models import ApprovalComment
+
+    limit, offset = list_window(params)
+    return ApprovalComment.objects.filter(approval=approval).order_by("created_at", "id")[offset: offset + limit]
+
+
+# --- agents and runs, upstream-compatible (issue #14, paperclip-api.md §5.1) -----------------------
+
+INBOX_LITE_STATUSES = ("todo", "in_progress", "in_review", "blocked")  # upstream's newer inbox set
+RUN_ISSUES_LIMIT = 1000  # distinct issues listed for one run
+ISSUE_BRIEF_FIELDS = ("id", "identifier", "title", "status", "priority", "priority_rank", "number", "company_id")
+
+
+def agent_list(*, company, params):
+    """``GET /companies/{id}/agents``: the AgentFilterSet's query by name, bounded by limit/offset."""
+    from issues.filtersets import AgentFilterSet
+
+    filterset = AgentFilterSet(data=params, queryset=Agent.objects.filter(company=company).order_by("name", "id"))
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    return filterset.qs[offset: offset + limit]
+
+
+def agent_get(*, actor: Actor, pk) -> Agent:
+    return scoped_get(Agent.objects.all(), actor, pk, "Agent")
+
+
+def agent_detail(*, actor: Actor, pk) -> Agent:
+    """The agent with ``chain_of_command`` (manager first, up to the top)."""
+    agent = scoped_get(Agent.objects.select_related("reports_to"), actor, pk, "Agent")
+    agent.chain_of_command = chain_of_command(agent)
+    return agent
+
+
+def agent_inbox_lite(*, agent, params):
+    """``GET /agents/me/inbox-lite``: the agent's actionable issues with their execution run, one
+    query: most urgent first, then most recently updated."""
+    limit, offset = list_window(params)
+    return (Issue.objects.filter(company_id=agent.company_id, assignee_agent=agent, status__in=INBOX_LITE_STATUSES)
+            .select_related("execution_run")
+            .only(*ISSUE_BRIEF_FIELDS, "project_id", "goal_id", "parent_id", "updated_at", "execution_run__id",
+                  "execution_run__status", "execution_run__agent_id", "execution_run__started_at")
+            .order_by("priority_rank", "-updated_at", "id")[offset: offset + limit])
+
+
+def heartbeat_run_get(*, actor: Actor, pk) -> HeartbeatRun:
+    """A run of the actor's company (any agent's): upstream's ``/heartbeat-runs/{id}`` scope."""
+    return scoped_get(HeartbeatRun.objects.all(), actor, pk, "Heartbeat run")
+
+
+def run_touched_issues(*, run: HeartbeatRun) -> list[Issue]:
+    """Issues the run wrote to (checked out, commented, changed: the audit rows made from it) and
+    the issue it was woken for; at most RUN_ISSUES_LIMIT, by number. Two queries."""
+    from issues.models import ActivityLog
+
+    ids = {run.issue_id} if run.issue_id else set()
+    for entity_id in (ActivityLog.objects.filter(run=run, entity_type="issue").order_by()
+                      .values_list("entity_id", flat=True).distinct()[:RUN_ISSUES_LIMIT]):
+        try:
+            ids.add(uuid.UUID(entity_id))
+        except ValueError:
+            continue
+    if not ids:
+        return []
+    return list(Issue.objects.filter(company_id=run.company_id, pk__in=ids).only(*ISSUE_BRIEF_FIELDS)
+                .order_by("number")[:RUN_ISSUES_LIMIT])
+
+
+def issue_live_runs(*, issue: Issue) -> list[HeartbeatRun]:
+    """``GET /issues/{id}/live-runs``: the issue's queued and running runs, newest first, one query."""
+    from issues.choices import RunStatus
+
+    return list(HeartbeatRun.objects.filter(issue=issue, status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
+                .select_related("agent").defer("context").order_by("-created_at", "-id")[:LIVE_RUNS_LIMIT])
+
+
+def issue_active_run(*, issue: Issue) -> HeartbeatRun | None:
+    """``GET /issues/{id}/active-run``: the run holding the issue's execution lock while it is
+    queued or running, else the issue's newest running run, else None."""
+    from issues.choices import RunStatus
+
+    runs = HeartbeatRun.objects.select_related("agent")
+    if issue.execution_run_id:
+        run = runs.filter(pk=issue.execution_run_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).first()
+        if run is not None:
+            return run
+    return runs.filter(issue=issue, status=RunStatus.RUNNING).order_by("-created_at", "-id").first()
+
+
+# --- issue extras (issue #14): children and labels --------------------------------------------------
+
+
+def issue_children(*, issue: Issue, params, actor: Actor | None = None):
+    """``GET /issues/{id}/children``: the issue list (same filters, order and paging) of its direct children."""
+    params = params.copy()
+    params["parentId"] = str(issue.pk)
+    params.pop("parentIssueId", None)
+    return issue_list(company=issue.company, params=params, actor=actor)
+
+
+def label_list(*, company, params):
+    """The company's labels by name, one query, bounded by ``limit``/``offset``."""
+    from issues.models import Label
+
+    limit, offset = list_window(params)
+    return Label.objects.filter(company=company).order_by("name", "id")[offset: offset + limit]
+
+
+def label_get(*, actor: Actor, pk):
+    from issues.models import Label
+
+    return scoped_get(Label.objects.all(), actor, pk, "Label")
+
+
+# --- #14 org: goals, projects, costs, dashboard, activity (paperclip-api.md §5.4-§5.8) -------------
+
+DASHBOARD_DAYS = 14  # runActivity / issueActivity: the last 14 UTC days, today included
+DASHBOARD_RECENT_ISSUES = 50  # upstream's recentIssues bound
+
+
+def _filtered_window(filterset_class, params, queryset):
+    """A FilterSet's query bounded by limit/offset; an invalid filter is a 400 naming it."""
+    filterset = filterset_class(data=params, queryset=queryset)
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    return filterset.qs[offset: offset + limit]
+
+
+def goal_list(*, company, params):
+    """``GET /companies/{id}/goals``: oldest first, one query."""
+    from issues.filtersets import GoalFilterSet
+    from issues.models import Goal
+
+    return _filtered_window(GoalFilterSet, params, Goal.objects.filter(company=company).order_by("created_at", "id"))
+
+
+def goal_get(*, actor: Actor, pk):
+    from issues.models import Goal
+
+    return scoped_get(Goal.objects.all(), actor, pk, "Goal")
+
+
+def project_list(*, company, params):
+    """``GET /companies/{id}/projects``: by name, one query."""
+    from issues.filtersets import ProjectFilterSet
+    from issues.models import Project
+
+    return _filtered_window(ProjectFilterSet, params,
+                            Project.objects.filter(company=company).order_by("name", "id"))
+
+
+def project_get(*, actor: Actor, pk):
+    from issues.models import Project
+
+    return scoped_get(Project.objects.all(), actor, pk, "Project")
+
+
+def activity_list(*, company, params):
+    """``GET /companies/{id}/activity``: newest first, one query, bounded by limit/offset."""
+    from issues.filtersets import ActivityFilterSet
+    from issues.models import ActivityLog
+
+    return _filtered_window(ActivityFilterSet, params,
+                            ActivityLog.objects.filter(company=company).order_by("-created_at", "-id"))
+
+
+_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
+
+
+def _moment(raw: str, name: str, *, end: bool):
+    """An ISO 8601 date-time (naive = UTC) or date; a date as ``to`` covers that whole day."""
+    from datetime import datetime, time, timedelta, timezone as dt_timezone
+
+    from django.utils.dateparse import parse_date, parse_datetime
+
+    text = str(raw).strip()
+    try:
+        if _DATE_ONLY.fullmatch(text):
+            day = parse_date(text)
+            moment = datetime.combine(day, time(), tzinfo=dt_timezone.utc) + timedelta(days=1 if end else 0)
+        else:
+            moment = parse_datetime(text)
+    except (ValueError, OverflowError):
+        moment = None
+    if moment is None:
+        raise InvalidInput(f"invalid '{name}' date",
+                           details={name: ["Must be an ISO 8601 date (2026-01-31) or date-time."]})
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt_timezone.utc)
+
+
+def cost_window(params) -> Q:
+    """``from``/``to`` of the cost reports (``occurredAt``, both inclusive; a date-only ``to`` is the
+    whole day). Neither given: the current UTC month."""
+    from issues.services.costs import month_start
+
+    start, end = params.get("from"), params.get("to")
+    if not start and not end:
+        return Q(occurred_at__gte=month_start())
+    window = Q()
+    if start:
+        window &= Q(occurred_at__gte=_moment(start, "from", end=False))
+    if end:
+        moment = _moment(end, "to", end=True)  # a date-only ``to`` is the next midnight: exclusive
+        window &= Q(occurred_at__lt=moment) if _DATE_ONLY.fullmatch(str(end).strip()) else Q(occurred_at__lte=moment)
+    return window
+
+
+def _percent(spend: int, budget: int) -> float:
+    return round(spend / budget * 100, 2) if budget else 0
+
+
+def cost_summary(*, company, params) -> dict:
+    from django.db.models import Sum
+
+    from issues.models import CostEvent
+
+    window = cost_window(params)
+    spend = CostEvent.objects.filter(company=company).filter(window).aggregate(s=Sum("cost_cents"))["s"] or 0
+    return {"companyId": str(company.pk), "spendCents": spend, "budgetCents": company.budget_monthly_cents,
+            "utilizationPercent": _percent(spend, company.budget_monthly_cents)}
+
+
+def _token_sums(prefix: str = "", only=None) -> dict:
+    from django.db.models import Sum, Value
+    from django.db.models.functions import Coalesce
+
+    def total(column, name):
+        return Coalesce(Sum(column, filter=only), Value(0))
+
+    names = (("cost_cents", "costCents"), ("input_tokens", "inputTokens"),
+             ("cached_input_tokens", "cachedInputTokens"), ("output_tokens", "outputTokens"))
+    if prefix:
+        names = names[1:]
+    return {(f"{prefix}{name[0].upper()}{name[1:]}" if prefix else name): total(column, name)
+            for column, name in names}
+
+
+def costs_by_agent(*, company, params) -> list[dict]:
+    """Spend and tokens per agent that has ledger rows in the window, most spent first, one query.
+    Run counts: distinct heartbeat runs of metered (api) and subscription rows."""
+    from django.db.models import Count
+
+    from issues.models import CostEvent
+    from issues.services.costs import SUBSCRIPTION_BILLING
+
+    subscription = Q(billing_type__in=SUBSCRIPTION_BILLING)
+    rows = (CostEvent.objects.filter(company=company).filter(cost_window(params))
+            .values("agent_id", "agent__name", "agent__status")
+            .annotate(**_token_sums(),
+                      apiRunCount=Count("run_id", distinct=True, filter=~subscription),
+                      subscriptionRunCount=Count("run_id", distinct=True, filter=subscription),
+                      **_token_sums("subscription", subscription))
+            .order_by("-costCents", "agent__name", "agent_id"))
+    return [{"agentId": str(row.pop("agent_id")), "agentName": row.pop("agent__name"),
+             "agentStatus": row.pop("agent__status"), **row} for row in rows]
+
+
+def costs_by_project(*, company, params) -> list[dict]:
+    """Spend and tokens per project (the row's project, else its issue's), most spent first. Two queries."""
+    from django.db.models.functions import Coalesce
+
+    from issues.models import CostEvent, Project
+
+    rows = list(CostEvent.objects.filter(company=company).filter(cost_window(params))
+                .annotate(pid=Coalesce("project_id", "issue__project_id")).filter(pid__isnull=False)
+                .values("pid").annotate(**_token_sums()).order_by("-costCents", "pid"))
+    names = dict(Project.objects.filter(company=company, pk__in=[row["pid"] for row in rows])
+                 .values_list("id", "name"))
+    return [{"projectId": str(row["pid"]), "projectName": names.get(row["pid"], ""),
+             **{k: v for k, v in row.items() if k != "pid"}} for row in rows]
+
+
+def org_dashboard(*, company, now=None) -> dict:
+    """``GET /companies/{id}/dashboard`` (upstream's shape): eight queries whatever the company's size."""
+    from datetime import datetime, timedelta, timezone as dt_timezone
+
+    from django.db.models import Count, Sum
+    from django.db.models.functions import TruncDate
+    from django.utils import timezone
+
+    from issues.models import CostEvent
+    from issues.services.costs import BUDGET_STOP, month_start
+
+    now = now or timezone.now()
+    today = now.astimezone(dt_timezone.utc).date()
+    days = [today - timedelta(days=n) for n in range(DASHBOARD_DAYS - 1, -1, -1)]
+    since = datetime.combine(days[0], datetime.min.time(), tzinfo=dt_timezone.utc)
+    by_day = TruncDate("created_at", tzinfo=dt_timezone.utc)
+
+    agents = {"active": 0, "running": 0, "paused": 0, "error": 0}
+    budget_stopped = 0
+    for status, n, stopped in (Agent.objects.filter(company=company).values("status").order_by()
+                               .annotate(n=Count("id"), stopped=Count("id", filter=Q(pause_reason=BUDGET_STOP)))
+                               .values_list("status", "n", "stopped")):
+        bucket = "active" if status == "idle" else status  # idle agents are operational (upstream)
+        if bucket in agents:
+            agents[bucket] += n
+        budget_stopped += stopped
+    tasks = {"open": 0, "inProgress": 0, "blocked": 0, "done": 0}
+    for status, n in (Issue.objects.filter(company=company).values("status").order_by().annotate(n=Count("id"))
+                      .values_list("status", "n")):
+        tasks["open"] += n if status not in TERMINAL_ISSUE_STATUSES else 0
+        key = {"in_progress": "inProgress", "blocked": "blocked", "done": "done"}.get(status)
+        if key:
+            tasks[key] += n
+    approvals = Approval.objects.filter(company=company, status="pending").aggregate(
+        pending=Count("id"), budget=Count("id", filter=Q(type="budget_override_required")))
+    spend = (CostEvent.objects.filter(company=company, occurred_at__gte=month_start(now))
+             .aggregate(s=Sum("cost_cents"))["s"] or 0)
+
+    runs = {day: {"date": day.isoformat(), "succeeded": 0, "failed": 0, "other": 0, "total": 0} for day in days}
+    for day, status, n in (HeartbeatRun.objects.filter(company=company, created_at__gte=since)
+                           .annotate(day=by_day).values("day", "status").order_by().annotate(n=Count("id"))
+                           .values_list("day", "status", "n")):
+        bucket = runs.get(day)
+        if bucket is None:
+            continue
+        kind = "succeeded" if status == "succeeded" else "failed" if status in ("failed", "timed_out") else "other"
+        bucket[kind] += n
+        bucket["total"] += n
+    issues = {day: {"date": day.isoformat(), "total": 0, "byPriority": {}, "byStatus": {}} for day in days}
+    for day, priority, status, n in (Issue.objects.filter(company=company, created_at__gte=since)
+                                     .annotate(day=by_day).values("day", "priority", "status").order_by()
+                                     .annotate(n=Count("id")).values_list("day", "priority", "status", "n")):
+        bucket = issues.get(day)
+        if bucket is None:
+            continue
+        bucket["total"] += n
+        bucket["byPriority"][priority] = bucket["byPriority"].get(priority, 0) + n
+        bucket["byStatus"][status] = bucket["byStatus"].get(status, 0) + n
+    recent = list(Issue.objects.filter(company=company).order_by("-updated_at", "-id").only(
+        "id", "identifier", "title", "status", "priority", "project_id", "parent_id", "assignee_agent_id",
+        "created_at", "updated_at")[:DASHBOARD_RECENT_ISSUES])
+    budget = company.budget_monthly_cents
+    return {
+        "companyId": str(company.pk), "agents": agents, "tasks": tasks,
+        "costs": {"monthSpendCents": spend, "monthBudgetCents": budget,
+                  "monthUtilizationPercent": _percent(spend, budget)},
+        "pendingApprovals": approvals["pending"],
+        # No budget incidents or project pauses here: an incident is an agent under its budget stop.
+        "budgets": {"activeIncidents": budget_stopped, "pendingApprovals": approvals["budget"],
+                    "pausedAgents": budget_stopped, "pausedProjects": 0},
+        "runActivity": list(runs.values()), "issueActivity": list(issues.values()), "recentIssues": recent,
+    }
+
+
+# --- #14 auth: board API keys -------------------------------------------------------------------------
+def board_key_list(*, user, params):
+    """``GET /board-api-keys``: the user's own keys, newest first, one query."""
+    from issues.filtersets import BoardApiKeyFilterSet
+    from issues.models import BoardApiKey
+
+    filterset = BoardApiKeyFilterSet(data=params, queryset=BoardApiKey.objects.filter(user=user).order_by(
+        "-created_at", "-id"))
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    return filterset.qs[offset: offset + limit]
+
+
+# --- #14 issue extras: one comment ----------------------------------------------------------------------
+def comment_get(*, issue: Issue, pk) -> Comment:
+    """``GET /issues/{id}/comments/{commentId}``: a comment of this issue only (another issue's is a 404)."""
+    try:
+        return Comment.objects.select_related("author_agent", "author_user").get(issue=issue, pk=pk)
+    except (Comment.DoesNotExist, ValidationError, ValueError):
+        raise NotFound("Comment not found")
+
+
+def agent_key_list(*, agent, params):
+    """``GET /agents/{id}/keys``: the agent's long-lived keys, revoked ones too (upstream shows
+    ``revokedAt``), newest first, one query. Run-scoped keys die with their run and are not listed."""
+    from issues.models import AgentApiKey
+
+    limit, offset = list_window(params)
+    return AgentApiKey.objects.filter(agent=agent, run__isnull=True).order_by("-created_at", "-id")[
+        offset: offset + limit]

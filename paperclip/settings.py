@@ -121,7 +121,10 @@ LOGIN_REDIRECT_URL = "console:issue-list"
 LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
+    # Board keys first (recognised by their pcp_board_ prefix), then agent keys, then the session
+    # (the only one DRF enforces CSRF for).
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "issues.api.auth.BoardKeyAuthentication",
         "issues.api.auth.AgentKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -178,8 +181,10 @@ PAPERCLIP = {
     # Bounded paged reads (agent case reads, workflow prompt pages): UTF-8 bytes per page.
     "CASE_READ_DEFAULT_BYTES": env.int("PAPERCLIP_CASE_READ_DEFAULT_BYTES", default=64 * 1024),
     "CASE_READ_MAX_BYTES": env.int("PAPERCLIP_CASE_READ_MAX_BYTES", default=256 * 1024),
-    # Where agent processes call back (PAPERCLIP_API_URL in their environment).
-    "API_URL": env("PAPERCLIP_API_URL", default="http://127.0.0.1:8000/api"),
+    # Where agent processes call back: the server origin, handed to them as PAPERCLIP_API_URL
+    # (upstream: clients append /api/...). A value ending in /api (the old default) still works:
+    # the trailing /api is dropped before it reaches an agent (issues.adapters.base.api_origin).
+    "API_URL": env("PAPERCLIP_API_URL", default="http://127.0.0.1:8000"),
     # With a broker, commits kick the dispatcher through Celery; without one the in-process
     # worker (manage.py paperclip_worker) polls, so nothing blocks a web request.
     "KICK_ON_COMMIT": bool(env("CELERY_BROKER_URL")) and not env.bool("CELERY_TASK_ALWAYS_EAGER", default=False),

@@ -88,7 +88,7 @@ def test_build_run_env_sets_the_paperclip_variables():
     env = build_run_env(run=run, agent=agent, issue=issue, api_url="http://h/api/", api_key="pcp_x",
                         wake_reason="assigned", comment_ids=["a", "b"], approval_id="ap-1")
     assert env == {
-        "PAPERCLIP_API_URL": "http://h/api", "PAPERCLIP_API_KEY": "pcp_x", "PAPERCLIP_RUN_ID": str(run.pk),
+        "PAPERCLIP_API_URL": "http://h", "PAPERCLIP_API_KEY": "pcp_x", "PAPERCLIP_RUN_ID": str(run.pk),
         "PAPERCLIP_TASK_ID": str(issue.pk), "PAPERCLIP_AGENT_ID": str(agent.pk),
         "PAPERCLIP_COMPANY_ID": str(agent.company_id), "PAPERCLIP_WAKE_REASON": "assigned",
         "PAPERCLIP_WAKE_COMMENT_IDS": "a,b", "PAPERCLIP_APPROVAL_ID": "ap-1",
@@ -516,7 +516,7 @@ def test_http_wake_is_signed_and_accepted(receiver, monkeypatch):
     assert payload["runId"] == str(run.pk) and payload["agentId"] == str(agent.pk)
     assert payload["companyId"] == str(agent.company_id) and payload["issueId"] == str(issue.pk)
     assert payload["wakeReason"] == "mentioned" and payload["commentIds"] == ["c-1"]
-    assert payload["apiUrl"] == "http://127.0.0.1:9/api"
+    assert payload["apiUrl"] == "http://127.0.0.1:9"  # the origin, as PAPERCLIP_API_URL (upstream)
     assert AgentApiKey.objects.get(key_hash=hash_key(payload["apiKey"])).run_id == run.pk
     run.refresh_from_db()
     assert run.status == "running" and run.owner == "test-worker:1"

@@ -31,6 +31,7 @@ from issues.models import (
     WorkflowDocumentCache,
     WorkProduct,
 )
+from issues.models import ApprovalComment, BoardApiKey, CostEvent, Label
 from issues.models.agent import hash_key
 from issues.services.companies import agent_api_key_create
 from issues.services.issues import issue_create, relation_add
@@ -42,7 +43,8 @@ from tests.factories import AgentFactory, CompanyFactory, GoalFactory, Membershi
 ALL_MODELS = [
     Company, Membership, Project, Goal, Agent, AgentApiKey, Issue, IssueRelation,
     Comment, Document, DocumentRevision, WorkProduct, Interaction, Approval, ApprovalIssue, HeartbeatRun,
-    WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace, WorkflowDocumentCache,
+    WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace, WorkflowDocumentCache, BoardApiKey, Label, CostEvent,
+    ApprovalComment,
 ]
 
 
@@ -98,7 +100,15 @@ def world(db, admin_user):
     run_event = RunEvent.objects.create(run=wakeup.run, seq=1, kind="stdout", message="hello")
     workspace = ExecutionWorkspace.objects.create(company=company, project=project, source_issue=issue,
                                                   strategy="isolated_workspace", key="ACME-1", path="/tmp/ws/ACME-1")
-    return SimpleNamespace(run_event=run_event, workspace=workspace,
+    raw_board = BoardApiKey.generate()
+    board_key = BoardApiKey.objects.create(user=admin_user, name="ops", prefix=raw_board[:16], key_hash=hash_key(raw_board))
+    label = Label.objects.create(company=company, name="frontend", color="#3366ff")
+    cost = CostEvent.objects.create(company=company, agent=agent, issue=issue, provider="openai", model="gpt",
+                                    cost_cents=12, occurred_at=issue.created_at)
+    approval_comment = ApprovalComment.objects.create(company=company, approval=approval, body="Looks fine",
+                                                      author_user=admin_user)
+    return SimpleNamespace(run_event=run_event, workspace=workspace, board_key=board_key, label=label, cost=cost,
+        approval_comment=approval_comment,
         workflow_cache=WorkflowDocumentCache.objects.get(project=project),
         company=company, membership=membership, project=project, goal=goal, agent=agent, key=key, raw_key=raw_key,
         issue=issue, blocker=blocker, relation=relation, comment=comment, document=revision.document,
@@ -116,7 +126,8 @@ def objects_of(world):
         WorkProduct: world.work_product, Interaction: world.interaction, Approval: world.approval,
         ApprovalIssue: world.approval_issue, HeartbeatRun: world.run, WakeupRequest: world.wakeup,
         ActivityLog: world.activity, RunEvent: world.run_event, ExecutionWorkspace: world.workspace,
-        WorkflowDocumentCache: world.workflow_cache,
+        WorkflowDocumentCache: world.workflow_cache, BoardApiKey: world.board_key, Label: world.label,
+        CostEvent: world.cost, ApprovalComment: world.approval_comment,
     }
 
 

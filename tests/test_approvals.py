@@ -10,7 +10,8 @@ from django.urls import reverse
 
 from connectors.services.symphony import dispatchable
 from issues.actors import Actor
-from issues.models import ActivityLog, Approval, ApprovalIssue, HeartbeatRun, WakeupRequest
+from issues.choices import ApprovalStatus
+from issues.models import ActivityLog, Approval, ApprovalComment, ApprovalIssue, HeartbeatRun, WakeupRequest
 from issues.services.approvals import approval_create, approval_decide
 from issues.services.companies import agent_api_key_create
 from issues.services.issues import relation_add
@@ -388,3 +389,179 @@ def test_an_open_blocker_keeps_tracker_dispatch_waiting(symphony, company, djang
     blocker.status = "done"
     blocker.save(update_fields=["status"])
     assert dispatchable(link, link.issue)
+
+
+# --- `comment` as an alias of decisionNote (issue #14) ------------------------------------------------
+
+
+@pytest.mark.parametrize("verb,status", [("approve", "approved"), ("reject", "rejected"),
+                                         ("request-revision", "revision_requested")])
+def test_comment_is_accepted_as_the_decision_note(board_client, pending, verb, status):
+    response = board_client.post(f"/api/approvals/{pending.pk}/{verb}", {"comment": "Sent as comment"},
+                                 format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == status and response.json()["decisionNote"] == "Sent as comment"
+    pending.refresh_from_db()
+    assert pending.decision_note == "Sent as comment"
+    assert ActivityLog.objects.get(entity_id=str(pending.pk), action=f"approval.{status}").details["decisionNote"] \
+        == "Sent as comment"
+
+
+@pytest.mark.parametrize("body,note", [
+    ({"decisionNote": "the note", "comment": "the alias"}, "the note"),  # decisionNote wins, as upstream
+    ({"decisionNote": None, "comment": "the alias"}, "the alias"),  # a null note falls back to the alias
+    ({"decisionNote": "", "comment": "the alias"}, None),  # an empty note is a note (none)
+    ({"comment": None}, None),
+])
+def test_decision_note_wins_over_comment(board_client, pending, body, note):
+    response = board_client.post(f"/api/approvals/{pending.pk}/approve", body, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["decisionNote"] == note
+
+
+def test_an_overlong_or_non_string_comment_is_a_400_naming_it(board_client, pending):
+    assert_error(board_client.post(f"/api/approvals/{pending.pk}/approve", {"comment": "x" * 20_001},
+                                   format="json"), 400, fields=["comment"])
+    assert_error(board_client.post(f"/api/approvals/{pending.pk}/approve", {"comment": {"a": 1}}, format="json"),
+                 400, fields=["comment"])
+    pending.refresh_from_db()
+    assert pending.status == "pending"
+
+
+# --- the status filter takes every approval status ----------------------------------------------------
+
+
+def test_the_status_filter_takes_every_approval_status_and_refuses_anything_else(board_client, company):
+    owner = Actor(user=MembershipFactory(company=company).user)
+    by_status = {}
+    for status in ApprovalStatus.values:
+        approval = approval_create(actor=owner, company=company, type="generic", payload={})
+        Approval.objects.filter(pk=approval.pk).update(status=status)
+        by_status[status] = str(approval.pk)
+    url = f"/api/companies/{company.pk}/approvals"
+    for status, approval_id in by_status.items():
+        response = board_client.get(url, {"status": status})
+        assert response.status_code == 200, (status, response.content)
+        assert [a["id"] for a in response.json()] == [approval_id]
+    for bad in ("Pending", "pending,approved", "done", " pending"):
+        assert_error(board_client.get(url, {"status": bad}), 400, fields=["status"])
+    assert len(board_client.get(url).json()) == len(ApprovalStatus.values)
+
+
+# --- comments (issue #14) ---------------------------------------------------------------------------
+
+
+def comments_url(approval):
+    return f"/api/approvals/{approval.pk}/comments"
+
+
+COMMENT_FIELDS = {"id", "companyId", "approvalId", "authorAgentId", "authorUserId", "body", "createdAt", "updatedAt"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_agent_and_board_discuss_an_approval_over_http_and_the_board_decides_with_comment(live_server, company):
+    agent = AgentFactory(company=company, name="Ivo")
+    _, key = agent_api_key_create(agent=agent)
+    run = RunFactory(agent=agent)
+    issue = IssueFactory(company=company, assignee_agent=agent)
+    api = httpx.Client(base_url=f"{live_server.url}/api", timeout=10,
+                       headers={"Authorization": f"Bearer {key}", "X-Paperclip-Run-Id": str(run.pk)})
+    approval_id = api.post(f"/companies/{company.pk}/approvals", json={
+        "type": "request_board_approval", "payload": {"title": "Buy a server"}, "issueIds": [str(issue.pk)]}).json()["id"]
+    posted = api.post(f"/approvals/{approval_id}/comments", json={"body": "Quote attached: 180/month."})
+    assert posted.status_code == 201, posted.text
+    mine = posted.json()
+    assert set(mine) == COMMENT_FIELDS
+    assert mine["approvalId"] == approval_id and mine["companyId"] == str(company.pk)
+    assert mine["authorAgentId"] == str(agent.pk) and mine["authorUserId"] is None
+    assert mine["body"] == "Quote attached: 180/month."
+
+    owner = MembershipFactory(company=company, role="owner").user
+    session = Client()
+    session.force_login(owner)
+    csrf = secrets.token_hex(16)
+    board = httpx.Client(base_url=f"{live_server.url}/api", timeout=10, headers={"X-CSRFToken": csrf},
+                         cookies={"sessionid": session.cookies["sessionid"].value, "csrftoken": csrf})
+    reply = board.post(f"/approvals/{approval_id}/comments", json={"body": "Can it be 150?"})
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["authorUserId"] == owner.pk and reply.json()["authorAgentId"] is None
+    thread = api.get(f"/approvals/{approval_id}/comments").json()
+    assert [(c["body"], c["authorAgentId"]) for c in thread] == [
+        ("Quote attached: 180/month.", str(agent.pk)), ("Can it be 150?", None)]
+
+    decided = board.post(f"/approvals/{approval_id}/approve", json={"comment": "Go, at 150."})
+    assert decided.status_code == 200 and decided.json()["decisionNote"] == "Go, at 150."
+    # Still open for discussion after the decision; every comment is audited.
+    assert board.post(f"/approvals/{approval_id}/comments", json={"body": "Ordered."}).status_code == 201
+    audited = ActivityLog.objects.filter(entity_type="approval", entity_id=approval_id,
+                                         action="approval.comment_added").order_by("created_at", "id")
+    assert [row.details["commentId"] for row in audited][:2] == [mine["id"], reply.json()["id"]]
+    assert [(row.actor_agent_id, row.actor_user_id) for row in audited] == [
+        (agent.pk, None), (None, owner.pk), (None, owner.pk)]
+
+
+@pytest.mark.parametrize("body", [{}, {"body": ""}, {"body": "   \n"}, {"body": None}, {"body": ["x"]},
+                                  {"body": "x" * 100_001}])
+def test_a_comment_needs_a_body(board_client, pending, body):
+    assert_error(board_client.post(comments_url(pending), body, format="json"), 400, fields=["body"])
+    assert not ApprovalComment.objects.exists()
+
+
+def test_unknown_comment_fields_are_refused(board_client, pending):
+    assert_error(board_client.post(comments_url(pending), {"body": "x", "reopen": True}, format="json"), 400,
+                 fields=["reopen"])
+    assert not ApprovalComment.objects.exists()
+
+
+def test_agents_comment_from_a_live_run_and_viewers_only_read(asker, pending, company, make_agent_client):
+    # The asker's run has ended (the `pending` fixture): a comment needs a live one.
+    assert_error(asker.post(comments_url(pending), {"body": "late"}, format="json"), 409, "run_not_live")
+    asker.use_run(None)
+    assert_error(asker.post(comments_url(pending), {"body": "no run"}, format="json"), 401, "run_id_required")
+    viewer = board_client_for(company, "viewer", "vera")
+    assert_error(viewer.post(comments_url(pending), {"body": "looks fine"}, format="json"), 403, "read_only_role")
+    assert not ApprovalComment.objects.exists()
+    assert not ActivityLog.objects.filter(action="approval.comment_added").exists()
+
+    colleague = make_agent_client(company=company)  # any agent of the company may take part
+    assert colleague.post(comments_url(pending), {"body": "I can help."}, format="json").status_code == 201
+    assert [c["body"] for c in viewer.get(comments_url(pending)).json()] == ["I can help."]
+
+
+def test_another_companys_approval_comments_are_404_and_nothing_is_written(pending, make_agent_client):
+    stranger_company = CompanyFactory()
+    stranger = board_client_for(stranger_company, "owner", "sam")
+    outsider = make_agent_client(company=stranger_company)
+    ApprovalComment.objects.create(company=pending.company, approval=pending, body="internal")
+    for client in (stranger, outsider):
+        assert_error(client.get(comments_url(pending)), 404)
+        assert_error(client.post(comments_url(pending), {"body": "planted"}, format="json"), 404)
+    assert list(ApprovalComment.objects.values_list("body", flat=True)) == ["internal"]
+    assert not ActivityLog.objects.filter(action="approval.comment_added").exists()
+
+
+def test_comment_list_is_oldest_first_paged_and_a_constant_number_of_queries(board_client, pending):
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    def rows(n, start):
+        return [ApprovalComment(company=pending.company, approval=pending, body=f"c{start + i}") for i in range(n)]
+
+    base = timezone.now() - timedelta(days=1)
+    for i, comment in enumerate(ApprovalComment.objects.bulk_create(rows(10, 0))):
+        # Distinct times, in the reverse of the insertion order: the list sorts by time, not by insertion.
+        ApprovalComment.objects.filter(pk=comment.pk).update(created_at=base - timedelta(seconds=i))
+    with CaptureQueriesContext(connection) as few:
+        first = board_client.get(comments_url(pending))
+    assert [c["body"] for c in first.json()] == [f"c{i}" for i in reversed(range(10))]  # oldest first
+    ApprovalComment.objects.bulk_create(rows(9_990, 10), batch_size=1000)
+    with CaptureQueriesContext(connection) as many:
+        page = board_client.get(comments_url(pending))
+    assert len(many) == len(few)
+    assert len(page.json()) == 500  # the default limit (PAPERCLIP["API_LIST_DEFAULT_LIMIT"])
+    window = board_client.get(comments_url(pending), {"limit": 3, "offset": 9_997}).json()
+    assert len(window) == 3
+    assert_error(board_client.get(comments_url(pending), {"limit": 0}), 400, fields=["limit"])

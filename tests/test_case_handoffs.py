@@ -133,7 +133,7 @@ def test_bad_kickoff_is_rejected_before_any_write(board_client, cases_company, a
     before = (Case.objects.count(), Issue.objects.count(), Document.objects.count(), CaseHandoff.objects.count())
     response = kickoff(board_client, cases_company, ada.agent, **extra)
     assert response.status_code == 400, response.content
-    assert field in response.json()["error"]["details"]
+    assert field in response.json()["details"]
     assert (Case.objects.count(), Issue.objects.count(), Document.objects.count(),
             CaseHandoff.objects.count()) == before
 
@@ -143,7 +143,7 @@ def test_seed_budget_counts_workflow_text_and_documents_together(board_client, c
     ada, _ = agents
     response = kickoff(board_client, cases_company, ada.agent, workflowDocumentText="w" * 60,
                        initialDocuments=[{"key": "brief", "body": "é" * 25}])  # 60 + 50 bytes
-    assert response.status_code == 400 and "initialDocuments" in response.json()["error"]["details"]
+    assert response.status_code == 400 and "initialDocuments" in response.json()["details"]
     assert not Case.objects.exists()
 
 
@@ -284,7 +284,7 @@ def test_replayed_handoff_returns_the_same_handoff_across_runs_of_the_principal(
     assert later.status_code == 200 and later.json()["id"] == first.json()["id"]
     assert later.json()["status"] == "applied"
     reused = handoff(ada, cases_company, case_id, bob.agent, phase="other", idempotencyKey="move-1")
-    assert reused.status_code == 409 and reused.json()["error"]["code"] == "idempotency_key_reused"
+    assert reused.status_code == 409 and reused.json()["code"] == "idempotency_key_reused"
     assert CaseHandoff.objects.filter(case_id=case_id).count() == 2  # kickoff + one transfer
 
 
@@ -327,7 +327,7 @@ def test_agents_hand_off_only_their_own_work(board_client, cases_company, agents
     case_id = kickoff(board_client, cases_company, ada.agent, workflowDocumentText="w").json()["caseId"]
     bob.use_run(RunFactory(agent=bob.agent))
     response = handoff(bob, cases_company, case_id, bob.agent)
-    assert response.status_code == 403 and response.json()["error"]["code"] == "not_your_work"
+    assert response.status_code == 403 and response.json()["code"] == "not_your_work"
     assert CaseHandoff.objects.filter(case_id=case_id).count() == 1
     ada.use_run(None)
     assert handoff(ada, cases_company, case_id, bob.agent).status_code == 401  # agents need their run
@@ -448,7 +448,7 @@ def test_patch_cannot_change_status_phase_or_routing(board_client, cases_company
     case_id = kickoff(board_client, cases_company, ada.agent, workflowDocumentText="w").json()["caseId"]
     for field, value in (("status", "done"), ("phase", "x"), ("assigneeAgentId", str(ada.agent.pk))):
         response = board_client.patch(f"/api/cases/{case_id}", {field: value}, format="json")
-        assert response.status_code == 400 and field in response.json()["error"]["details"], field
+        assert response.status_code == 400 and field in response.json()["details"], field
     assert Case.objects.get(pk=case_id).status == "in_progress"
 
 

@@ -22,6 +22,7 @@ from issues.models import ActivityLog, DocumentRevision, Issue
 from issues.services.thread import document_write
 from tests.conftest import is_postgres
 from tests.factories import CompanyFactory, IssueFactory, MembershipFactory, ProjectFactory
+from tests.test_errors import error_of
 
 MULTI = "aé€😀"  # 1, 2, 3 and 4 bytes in UTF-8
 
@@ -136,25 +137,25 @@ def test_offset_inside_a_character_is_rejected(board_client, cases_company):
     raw, _, _ = walk(board_client, case, 8)
     inside = raw.index("€".encode()) + 1
     response = read(board_client, case, limitBytes=8, offsetBytes=inside, snapshot=first["snapshot"])
-    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_offset"
+    assert response.status_code == 400 and response.json()["code"] == "invalid_offset"
     past = read(board_client, case, limitBytes=8, offsetBytes=len(raw) + 1, snapshot=first["snapshot"])
-    assert past.status_code == 400 and "offsetBytes" in past.json()["error"]["details"]
+    assert past.status_code == 400 and "offsetBytes" in past.json()["details"]
 
 
 def test_read_parameter_errors(board_client, cases_company):
     case = make_case(cases_company, fields={"a": 1})
     no_snapshot = read(board_client, case, offsetBytes=3)
-    assert no_snapshot.status_code == 400 and "snapshot" in no_snapshot.json()["error"]["details"]
+    assert no_snapshot.status_code == 400 and "snapshot" in no_snapshot.json()["details"]
     bad = read(board_client, case, limitBytes=3, section="nope")
     assert bad.status_code == 400
     bad = read(board_client, case, limitBytes=3)
-    assert bad.status_code == 400 and "limitBytes" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "limitBytes" in bad.json()["details"]
     forged = read(board_client, case, offsetBytes=2, snapshot="garbage")
-    assert forged.status_code == 400 and forged.json()["error"]["code"] == "invalid_snapshot"
+    assert forged.status_code == 400 and forged.json()["code"] == "invalid_snapshot"
     no_key = read(board_client, case, section="document")
-    assert no_key.status_code == 400 and "documentKey" in no_key.json()["error"]["details"]
+    assert no_key.status_code == 400 and "documentKey" in no_key.json()["details"]
     without_flag = board_client.get(f"/api/cases/{case.pk}?section=fields")
-    assert without_flag.status_code == 400 and "section" in without_flag.json()["error"]["details"]
+    assert without_flag.status_code == 400 and "section" in without_flag.json()["details"]
     huge = read(board_client, case, section="fields", limitBytes=10**9).json()
     assert huge["readPage"]["limitBytes"] == 256 * 1024
 
@@ -177,7 +178,7 @@ def continue_read(client, case, data, limit=50, **params):
 
 def assert_stale(response, changed):
     assert response.status_code == 409, response.content[:300]
-    error = response.json()["error"]
+    error = error_of(response)
     assert error["code"] == "read_snapshot_stale" and changed in error["details"]["changed"]
     assert error["details"]["restartOffsetBytes"] == 0
 
@@ -272,7 +273,7 @@ def test_document_of_a_linked_task_and_linkage_checked_on_every_page(board_clien
     assert data["document"]["issueId"] == str(linked.pk)
     assert board_client.delete(f"/api/cases/{case.pk}/links/{linked.pk}").status_code == 204
     response = continue_read(board_client, case, data, **params)
-    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
     # A task of another company, even one that has the key, reads like a missing document.
     other = CompanyFactory(enable_cases=True)
     foreign = IssueFactory(company=other)
@@ -357,11 +358,11 @@ def test_workflow_prompt_pages_round_trip_and_same_length_edit_is_409(board_clie
                               format="json").status_code == 200
     stale = prompt_page(board_client, definition, offsetBytes=first["readPage"]["nextOffsetBytes"], limitBytes=40,
                         fingerprint=first["fingerprint"])
-    assert stale.status_code == 409 and stale.json()["error"]["code"] == "read_snapshot_stale"
+    assert stale.status_code == 409 and stale.json()["code"] == "read_snapshot_stale"
     raw, new_fingerprint = walk_prompt(board_client, definition, 40)  # restart
     assert raw.decode() == same_length and new_fingerprint != fingerprint
     no_fp = prompt_page(board_client, definition, offsetBytes=4, limitBytes=40)
-    assert no_fp.status_code == 400 and "fingerprint" in no_fp.json()["error"]["details"]
+    assert no_fp.status_code == 400 and "fingerprint" in no_fp.json()["details"]
     # A rename does not change the content: continuations go on.
     first = prompt_page(board_client, definition, limitBytes=40).json()
     board_client.patch(f"/api/workflows/{definition.pk}", {"name": "Renamed"}, format="json")
@@ -426,7 +427,7 @@ def test_link_is_idempotent_audited_and_listed_from_the_issue(board_client, case
     again = board_client.post(url, {"issueId": str(issue.pk), "role": "work"}, format="json")
     assert again.status_code == 200 and again.json() == created.json()
     other_role = board_client.post(url, {"issueId": str(issue.pk), "role": "reference"}, format="json")
-    assert other_role.status_code == 409 and other_role.json()["error"]["code"] == "case_link_exists"
+    assert other_role.status_code == 409 and other_role.json()["code"] == "case_link_exists"
     assert CaseIssueLink.objects.filter(case=case, issue=issue).count() == 1
     assert CaseEvent.objects.filter(case=case, kind="issue_linked", details__issueId=str(issue.pk)).count() == 1
     assert ActivityLog.objects.filter(action="case.issue_linked", entity_id=str(case.pk)).count() == 1
@@ -438,11 +439,11 @@ def test_link_is_idempotent_audited_and_listed_from_the_issue(board_client, case
     assert [(r["case"]["identifier"], r["role"]) for r in primary] == [(case.identifier, "origin")]
 
     origin = board_client.post(url, {"issueId": str(issue.pk), "role": "origin"}, format="json")
-    assert origin.status_code == 400 and "role" in origin.json()["error"]["details"]
+    assert origin.status_code == 400 and "role" in origin.json()["details"]
     bad = board_client.post(url, {"issueId": str(issue.pk), "extra": 1}, format="json")
-    assert bad.status_code == 400 and "extra" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "extra" in bad.json()["details"]
     bad = board_client.post(url, {"issueId": 12, "role": "boss"}, format="json")
-    assert bad.status_code == 400 and {"issueId", "role"} <= set(bad.json()["error"]["details"])
+    assert bad.status_code == 400 and {"issueId", "role"} <= set(bad.json()["details"])
 
     assert board_client.delete(f"{url}/{issue.pk}").status_code == 204
     assert not CaseIssueLink.objects.filter(case=case, issue=issue).exists()
@@ -452,7 +453,7 @@ def test_link_is_idempotent_audited_and_listed_from_the_issue(board_client, case
     assert board_client.get(f"/api/issues/{issue.pk}/cases").json() == []
     assert board_client.delete(f"{url}/{issue.pk}").status_code == 404
     protected = board_client.delete(f"{url}/{case.primary_task_id}")
-    assert protected.status_code == 409 and protected.json()["error"]["code"] == "case_origin_link"
+    assert protected.status_code == 409 and protected.json()["code"] == "case_origin_link"
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent writers need PostgreSQL row locks")
@@ -496,7 +497,7 @@ def test_agents_link_with_a_live_run(make_agent_client, cases_company):
     run = client.run
     client.use_run(None)
     response = client.post(f"/api/cases/{case.pk}/links", {"issueId": str(issue.pk)}, format="json")
-    assert response.status_code == 401 and response.json()["error"]["code"] == "run_id_required"
+    assert response.status_code == 401 and response.json()["code"] == "run_id_required"
     client.use_run(run)
     response = client.post(f"/api/cases/{case.pk}/links", {"issueId": str(issue.pk)}, format="json")
     assert response.status_code == 201 and response.json()["role"] == "work"
@@ -505,7 +506,7 @@ def test_agents_link_with_a_live_run(make_agent_client, cases_company):
     run.status, run.finished_at = "succeeded", timezone.now()
     run.save()
     ended = client.delete(f"/api/cases/{case.pk}/links/{issue.pk}")
-    assert ended.status_code == 409 and ended.json()["error"]["code"] == "run_not_live"
+    assert ended.status_code == 409 and ended.json()["code"] == "run_not_live"
     assert CaseIssueLink.objects.filter(case=case, issue=issue).exists()
 
 
@@ -559,7 +560,7 @@ def test_other_companys_objects_are_404_on_every_new_route(board_client, cases_c
             new_routes(case, issue, definition), new_routes(ghost_case, ghost_issue, ghost_definition)):
         response = call(board_client, method, path, data)
         assert response.status_code == 404, (method, path, response.status_code)
-        assert response.json()["error"]["code"] == "not_found"
+        assert response.json()["code"] == "not_found"
         assert "secret" not in response.content.decode()
         assert call(board_client, method, ghost_path, ghost_data).json() == response.json()
     # Own case, the other company's issue in the body / path / query.
@@ -588,7 +589,7 @@ def test_flag_off_new_routes_are_404(board_client, cases_company):
     for method, path, data in new_routes(case, issue, definition):
         response = call(board_client, method, path, data)
         assert response.status_code == 404, (method, path, response.status_code)
-        assert response.json()["error"]["code"] == "not_found"
+        assert response.json()["code"] == "not_found"
     assert CaseIssueLink.objects.count() == links
 
 

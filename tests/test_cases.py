@@ -70,7 +70,7 @@ def test_agent_creates_with_its_run_and_needs_the_run_header(make_agent_client, 
     assert CaseEvent.objects.filter(case=case, kind="created").get().run == client.run
     client.use_run(None)
     response = client.post(cases_url(cases_company), body(), format="json")
-    assert response.status_code == 401 and response.json()["error"]["code"] == "run_id_required"
+    assert response.status_code == 401 and response.json()["code"] == "run_id_required"
 
 
 def test_idempotent_upsert_by_key(board_client, cases_company):
@@ -90,26 +90,26 @@ def test_create_requires_kickoff_and_workflow_text(board_client, cases_company, 
     del data[missing]
     response = board_client.post(cases_url(cases_company), data, format="json")
     assert response.status_code == 400
-    assert missing in response.json()["error"]["details"]
+    assert missing in response.json()["details"]
     blank = board_client.post(cases_url(cases_company), body(**{missing: "   "}), format="json")
-    assert blank.status_code == 400 and missing in blank.json()["error"]["details"]
+    assert blank.status_code == 400 and missing in blank.json()["details"]
     assert not Case.objects.exists() and not Issue.objects.exists()
 
 
 def test_bad_input_names_the_fields(board_client, cases_company):
     response = board_client.post(cases_url(cases_company), body(status="open", fields=[1], bogus=1), format="json")
     assert response.status_code == 400
-    assert {"bogus"} <= set(response.json()["error"]["details"])
+    assert {"bogus"} <= set(response.json()["details"])
     response = board_client.post(cases_url(cases_company), body(status="open", fields=[1]), format="json")
-    assert {"status", "fields"} <= set(response.json()["error"]["details"])
+    assert {"status", "fields"} <= set(response.json()["details"])
     case = create(board_client, cases_company)
     patch = board_client.patch(f"/api/cases/{case['id']}", {"status": "nope", "type": "x"}, format="json")
-    assert patch.status_code == 400 and "type" in patch.json()["error"]["details"]
+    assert patch.status_code == 400 and "type" in patch.json()["details"]
     patch = board_client.patch(f"/api/cases/{case['id']}", {"status": "nope"}, format="json")
-    assert patch.status_code == 400 and "status" in patch.json()["error"]["details"]
+    assert patch.status_code == 400 and "status" in patch.json()["details"]
     bad = board_client.get(cases_url(cases_company) + "?sortField=size&sortDir=up&groupBy=x&limit=0")
     assert bad.status_code == 400
-    assert {"sortField", "sortDir", "groupBy"} <= set(bad.json()["error"]["details"])
+    assert {"sortField", "sortDir", "groupBy"} <= set(bad.json()["details"])
 
 
 def test_update_changes_facts_and_records_events(board_client, cases_company):
@@ -125,7 +125,7 @@ def test_update_changes_facts_and_records_events(board_client, cases_company):
     # Status and phase move through handoffs and task completion, never through PATCH.
     for name, value in (("status", "in_progress"), ("phase", "drafting")):
         refused = board_client.patch(f"/api/cases/{case['id']}", {name: value}, format="json")
-        assert refused.status_code == 400 and name in refused.json()["error"]["details"]
+        assert refused.status_code == 400 and name in refused.json()["details"]
 
 
 def test_viewer_cannot_mutate(cases_company, board_client):
@@ -143,7 +143,7 @@ def test_viewer_cannot_mutate(cases_company, board_client):
         ("patch", f"/api/workflows/{definition['id']}", {"prompt": "x"}),
     ]:
         response = getattr(client, method)(path, data, format="json")
-        assert response.status_code == 403 and response.json()["error"]["code"] == "read_only_role", path
+        assert response.status_code == 403 and response.json()["code"] == "read_only_role", path
     assert (Case.objects.count(), WorkflowDefinition.objects.count()) == before
     assert Case.objects.get(pk=case["id"]).title == "Review the contract"
     assert client.get(cases_url(cases_company)).status_code == 200
@@ -174,7 +174,7 @@ def test_flag_off_every_case_route_is_404(board_client, cases_company):
         call = getattr(board_client, method)
         response = call(path) if data is None else call(path, data, format="json")
         assert response.status_code == 404, (method, path, response.status_code)
-        assert response.json()["error"]["code"] == "not_found"
+        assert response.json()["code"] == "not_found"
     assert Case.objects.count() == 1 and WorkflowDefinition.objects.count() == 1
     assert Case.objects.get().title == "Review the contract"
 
@@ -344,10 +344,10 @@ def test_workflow_definition_name_is_unique_per_company(board_client, cases_comp
     url = f"/api/companies/{cases_company.pk}/workflows"
     first = board_client.post(url, {"name": "Review", "prompt": "p"}, format="json").json()
     dup = board_client.post(url, {"name": "review", "prompt": "q"}, format="json")
-    assert dup.status_code == 409 and "name" in dup.json()["error"]["details"]
+    assert dup.status_code == 409 and "name" in dup.json()["details"]
     second = board_client.post(url, {"name": "Intake", "prompt": "q"}, format="json").json()
     clash = board_client.patch(f"/api/workflows/{second['id']}", {"name": "REVIEW"}, format="json")
-    assert clash.status_code == 409 and clash.json()["error"]["code"] == "workflow_name_taken"
+    assert clash.status_code == 409 and clash.json()["code"] == "workflow_name_taken"
     assert WorkflowDefinition.objects.get(pk=second["id"]).name == "Intake"
     assert board_client.patch(f"/api/workflows/{first['id']}", {"name": "Review"},
                               format="json").status_code == 200
@@ -362,12 +362,12 @@ def test_workflow_definition_name_is_unique_per_company(board_client, cases_comp
 def test_workflow_definition_bad_input(board_client, cases_company):
     url = f"/api/companies/{cases_company.pk}/workflows"
     response = board_client.post(url, {"name": "", "extra": 1}, format="json")
-    assert response.status_code == 400 and "extra" in response.json()["error"]["details"]
+    assert response.status_code == 400 and "extra" in response.json()["details"]
     response = board_client.post(url, {"name": ""}, format="json")
     assert response.status_code == 400
-    assert {"name", "prompt"} <= set(response.json()["error"]["details"])
+    assert {"name", "prompt"} <= set(response.json()["details"])
     blank = board_client.post(url, {"name": "   ", "prompt": "p"}, format="json")
-    assert blank.status_code == 400 and "name" in blank.json()["error"]["details"]
+    assert blank.status_code == 400 and "name" in blank.json()["details"]
 
 
 def test_case_created_with_a_workflow_definition(board_client, cases_company):

@@ -2,10 +2,12 @@ import json
 from io import StringIO
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
-from issues.models import Company
+from issues.models import ActivityLog, Company, Membership
+from tests.factories import UserFactory
 
 
 def test_create_company_prints_ids_and_working_keys(db):
@@ -71,3 +73,87 @@ def test_agent_commands_refuse_bad_arguments_clearly(db, args, message):
     call_command("create_company", "--name", "Acme", "--prefix", "ACME", stdout=StringIO())
     with pytest.raises(CommandError, match=message):
         call_command(*args, stdout=StringIO())
+
+
+# --- headless operator set-up (issue #14) -------------------------------------------------------------
+
+
+def run_json(*args) -> dict:
+    out = StringIO()
+    call_command(*args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def session_for(user) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def test_create_company_with_an_owner_who_can_then_work_in_it(db):
+    owner = UserFactory(username="olga")
+    result = run_json("create_company", "--name", "Acme", "--prefix", "ACME", "--owner", "olga")
+    assert result["owner"] == {"userId": owner.pk, "username": "olga", "role": "owner"}
+    membership = Membership.objects.get(company_id=result["companyId"], user=owner)
+    assert membership.role == "owner"
+    client = session_for(owner)
+    assert [c["id"] for c in client.get("/api/companies").json()] == [result["companyId"]]
+    created = client.post(f"/api/companies/{result['companyId']}/issues", {"title": "First"}, format="json")
+    assert created.status_code == 201, created.content
+    assert ActivityLog.objects.filter(action="membership.set", company_id=result["companyId"],
+                                      details__user="olga", details__role="owner").exists()
+
+
+def test_create_company_with_an_unknown_owner_creates_nothing(db):
+    with pytest.raises(CommandError, match="No user 'ghost'"):
+        call_command("create_company", "--name", "Acme", "--prefix", "ACME", "--owner", "ghost", "--agent", "A",
+                     stdout=StringIO())
+    assert not Company.objects.exists() and not Membership.objects.exists()
+
+
+def test_membership_set_creates_and_updates_the_role_and_the_api_follows_it(db):
+    call_command("create_company", "--name", "Acme", "--prefix", "ACME", stdout=StringIO())
+    user = UserFactory(username="vera")
+    company = Company.objects.get(issue_prefix="ACME")
+    first = run_json("membership_set", "--company", "acme", "--user", "vera", "--role", "viewer")
+    assert first == {"companyId": str(company.pk), "issuePrefix": "ACME", "userId": user.pk, "username": "vera",
+                     "role": "viewer", "previousRole": None, "userCreated": False}
+    client = session_for(user)
+    refused = client.post(f"/api/companies/{company.pk}/issues", {"title": "x"}, format="json")
+    assert refused.status_code == 403 and refused.json()["code"] == "read_only_role"
+
+    second = run_json("membership_set", "--company", str(company.pk), "--user", "vera", "--role", "operator")
+    assert (second["role"], second["previousRole"]) == ("operator", "viewer")
+    assert Membership.objects.filter(user=user).count() == 1
+    assert client.post(f"/api/companies/{company.pk}/issues", {"title": "x"}, format="json").status_code == 201
+    assert list(ActivityLog.objects.filter(action="membership.set", company=company).order_by("created_at", "id")
+                .values_list("details__role", flat=True)) == ["viewer", "operator"]
+    text = StringIO()
+    call_command("membership_set", "--company", "ACME", "--user", "vera", "--role", "admin", stdout=text)
+    assert "vera is admin of ACME (was operator)" in text.getvalue()
+
+
+def test_membership_set_can_create_the_user_and_prints_its_password_once(db):
+    call_command("create_company", "--name", "Acme", "--prefix", "ACME", stdout=StringIO())
+    created = run_json("membership_set", "--company", "ACME", "--user", "ops-bot", "--role", "owner", "--create-user")
+    assert created["userCreated"] is True and created["role"] == "owner" and len(created["password"]) >= 20
+    assert APIClient().login(username="ops-bot", password=created["password"])
+    user = get_user_model().objects.get(username="ops-bot")
+    assert created["password"] not in user.password  # only the hash is stored
+    again = run_json("membership_set", "--company", "ACME", "--user", "ops-bot", "--role", "owner", "--create-user")
+    assert again["userCreated"] is False and "password" not in again and again["previousRole"] == "owner"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--company", "NOPE", "--user", "vera", "--role", "viewer"], "No company with prefix or id 'NOPE'"),
+    (["--company", "ACME", "--user", "ghost", "--role", "viewer"], "No user 'ghost'"),
+    (["--company", "ACME", "--user", "vera", "--role", "member"], "invalid choice"),
+    (["--company", "ACME", "--user", "vera"], "--role"),
+])
+def test_membership_set_refuses_bad_arguments_clearly(db, args, message):
+    call_command("create_company", "--name", "Acme", "--prefix", "ACME", stdout=StringIO())
+    UserFactory(username="vera")
+    with pytest.raises(CommandError, match=message):
+        call_command("membership_set", *args, stdout=StringIO())
+    assert not Membership.objects.exists()
+    assert not get_user_model().objects.filter(username="ghost").exists()

@@ -50,7 +50,7 @@ def comment(client, link, body, key):
 
 
 def error(response):
-    return response.json()["error"]
+    return error_of(response)
 
 
 # --- conflicts ---------------------------------------------------------------------------------------
@@ -268,6 +268,7 @@ def test_comment_input_is_validated(checked_out, worker):
 # AGENT_TOOL_CASES covers this module's routes there: both actors get the same 404 for another company's
 # ids as for ids that do not exist, and nothing changes (the own-id check differs: these are agent tools).
 from tests.test_connectors_cross_company import Case, KEY, client, ghost, s, send, snapshot, world  # noqa: E402,F401
+from tests.test_errors import error_of  # noqa: E402
 
 AGENT_TOOL_CASES = [
     Case("agent-tools-conflicts[issue]", "connector-agent-tools-conflicts", "GET",

@@ -70,7 +70,7 @@ def test_owner_creates_an_instance_with_encrypted_secrets(api, company):
 def test_bad_instance_input_is_400_with_the_field(api, company, body, field):
     response = api.post(f"/api/companies/{company.pk}/connectors", create_body(FakeStore(), **body), format="json")
     assert response.status_code == 400, response.content
-    details = response.json()["error"]["details"]
+    details = response.json()["details"]
     assert any(k.startswith(field.split(".")[0]) or k == field for k in details), details
     assert not ConnectorInstance.objects.exists() and not ConnectorSecret.objects.exists()
 
@@ -183,7 +183,7 @@ def test_replay_only_for_parked_events(api, company, django_capture_on_commit_ca
     post_webhook(APIClient(), instance, body, capture=django_capture_on_commit_callbacks)
     event = InboundEvent.objects.get()
     response = api.post(f"/api/connector-events/{event.pk}/replay", {"idempotencyKey": "r"}, format="json")
-    assert response.status_code == 422 and response.json()["error"]["code"] == "event_not_parked"
+    assert response.status_code == 422 and response.json()["code"] == "event_not_parked"
 
 
 # --- management commands ---------------------------------------------------------------------

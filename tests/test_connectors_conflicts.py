@@ -227,9 +227,9 @@ def test_api_get_and_resolve(setup, operator, django_capture_on_commit_callbacks
     got = c.get(f"/api/connector-conflicts/{conflict.pk}")
     assert got.status_code == 200 and got.json()["externalValue"] == "external title"
     bad = c.post(f"/api/connector-conflicts/{conflict.pk}/resolve", {"action": "merge_manual"}, format="json")
-    assert bad.status_code == 400 and "mergedValue" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "mergedValue" in bad.json()["details"]
     bad = c.post(f"/api/connector-conflicts/{conflict.pk}/resolve", {"action": "nope"}, format="json")
-    assert bad.status_code == 400 and "action" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "action" in bad.json()["details"]
     bad = c.post(f"/api/connector-conflicts/{conflict.pk}/resolve", {"action": "dismiss", "x": 1}, format="json")
     assert bad.status_code == 400
     ok = c.post(f"/api/connector-conflicts/{conflict.pk}/resolve",
@@ -241,7 +241,7 @@ def test_api_get_and_resolve(setup, operator, django_capture_on_commit_callbacks
                     {"action": "merge_manual", "mergedValue": "both", "idempotencyKey": "api-1"}, format="json")
     assert repeat.status_code == 200
     late = c.post(f"/api/connector-conflicts/{conflict.pk}/resolve", {"action": "dismiss"}, format="json")
-    assert late.status_code == 409 and late.json()["error"]["code"] == "conflict_not_open"
+    assert late.status_code == 409 and late.json()["code"] == "conflict_not_open"
 
 
 # --- management command ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from cases.models import Case, CaseEvent, CaseHandoff, CaseIssueLink
 from issues.models import ActivityLog, Document, HeartbeatRun, Issue, IssueRelation, WorkProduct
 from issues.services.runs import run_finish
 from tests.factories import AgentFactory, IssueFactory, RunFactory
+from tests.test_errors import error_of
 
 WORKFLOW = "# Intake\n\nCollect the facts.\n"
 
@@ -23,7 +24,7 @@ def bob(make_agent_client, company):
 
 
 def error(response):
-    return response.json()["error"]
+    return error_of(response)
 
 
 def checkout(client, issue_id):

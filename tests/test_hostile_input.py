@@ -1,5 +1,5 @@
 """Hostile input found by a fuzzer: every case answers a 4xx in the one error shape
-``{"error": {"code", "message", "details"}}`` (the offending field named when there is one) and
+``{"error": "<message>", "code", "details"}`` (the offending field named when there is one) and
 leaves nothing half-written, on SQLite and on PostgreSQL (whose integer, bytea and text types
 refuse what SQLite quietly stores)."""
 import hashlib

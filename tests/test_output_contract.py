@@ -23,7 +23,7 @@ PR = "https://github.com/acme/app/pull/7"
 # A protocol agent in a few lines: real HTTP back to the host with its run-scoped key.
 PRELUDE = """
 import json, os, urllib.request
-API, TASK, AGENT = os.environ["PAPERCLIP_API_URL"], os.environ.get("PAPERCLIP_TASK_ID"), os.environ["PAPERCLIP_AGENT_ID"]
+API, TASK, AGENT = os.environ["PAPERCLIP_API_URL"] + "/api", os.environ.get("PAPERCLIP_TASK_ID"), os.environ["PAPERCLIP_AGENT_ID"]
 def call(method, path, body=None):
     request = urllib.request.Request(API + path, method=method, data=None if body is None else json.dumps(body).encode(),
         headers={"Authorization": "Bearer " + os.environ["PAPERCLIP_API_KEY"], "Content-Type": "application/json",
@@ -251,7 +251,7 @@ def test_a_final_heartbeat_ends_an_external_agents_run_with_its_result(live_serv
     assert issue.status == "in_review" and issue.checkout_run_id is None
     assert WorkProduct.objects.filter(issue=issue, url=PR, kind="pull_request").count() == 1
     again = http.post(f"{api}/runs/{run_id}/heartbeat", json={"final": True, "status": "done"})
-    assert again.status_code == 409 and again.json()["error"]["code"] == "run_not_live"
+    assert again.status_code == 409 and again.json()["code"] == "run_not_live"
 
 
 @pytest.mark.django_db
@@ -300,6 +300,6 @@ def test_bad_final_heartbeats_are_400_naming_the_field(company, payload, field):
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}", HTTP_X_PAPERCLIP_RUN_ID=str(run.pk))
     response = client.post(f"/api/runs/{run.pk}/heartbeat", payload, format="json")
     assert response.status_code == 400, response.content
-    assert field in response.json()["error"]["details"]
+    assert field in response.json()["details"]
     run.refresh_from_db()
     assert run.is_live and run.result_status == ""

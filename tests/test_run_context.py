@@ -273,15 +273,16 @@ def test_agents_me_wake_shows_pending_wakes_and_the_queued_runs_reasons(live_ser
     run_key = issue_run_key(HeartbeatRun.objects.get(pk=claimed.run_id))
     by_key = httpx.get(url, headers={"Authorization": f"Bearer {run_key}"}).json()["currentRun"]
     assert by_key["runId"] == str(claimed.run_id)
-    mismatch = httpx.get(url, headers={**auth, "X-Paperclip-Run-Id": str(holder.pk)})
-    assert mismatch.status_code == 403
+    # another agent's run id names none of this agent's runs: only the client's own id, no context
+    foreign = httpx.get(url, headers={**auth, "X-Paperclip-Run-Id": str(holder.pk)})
+    assert foreign.status_code == 200 and foreign.json()["currentRun"] is None
     # GET /api/runs/{id} carries the same newest reasons
     run = httpx.get(f"{live_server.url}/api/runs/{claimed.run_id}", headers=auth).json()
     assert run["wakeReason"] == "issue_commented"
     assert run["context"]["wakeReasons"] == ["issue_assigned", "issue_commented"]
 
-    forbidden = board(company).get("/api/agents/me/wake")
-    assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "agent_only"
+    refused = board(company).get("/api/agents/me/wake")  # a board credential is not an agent (as /agents/me)
+    assert refused.status_code == 401 and refused.json()["code"] == "agent_auth_required"
 
 
 @pytest.mark.django_db
@@ -348,6 +349,7 @@ def test_heartbeat_runs_and_live_runs_lists(company, make_agent_client):
     live = client.get(f"/api/companies/{company.pk}/live-runs").json()
     assert [r["id"] for r in live] == [str(running.pk), str(queued.pk)]
     assert live[0] == {"id": str(running.pk), "status": "running", "invocationSource": "on_demand",
+                       "triggerDetail": "manual",
                        "startedAt": None, "finishedAt": None, "createdAt": live[0]["createdAt"],
                        "agentId": str(one.pk), "agentName": "One", "adapterType": "process", "issueId": None}
 

@@ -175,7 +175,7 @@ def test_quiet_process_that_calls_the_api_is_not_stalled(live_server, short_stal
     settings.PAPERCLIP = {**settings.PAPERCLIP, "API_URL": f"{live_server.url}/api"}
     agent = process_agent(company, """
         import os, time, urllib.request
-        me = urllib.request.Request(os.environ["PAPERCLIP_API_URL"] + "/agents/me",
+        me = urllib.request.Request(os.environ["PAPERCLIP_API_URL"] + "/api/agents/me",
                                     headers={"Authorization": "Bearer " + os.environ["PAPERCLIP_API_KEY"]})
         end = time.monotonic() + 3
         while time.monotonic() < end:

@@ -23,6 +23,7 @@ from paperclip.core import outbound_http
 from paperclip.core.outbound_http import OutboundRefused, guarded_client
 from tests.conftest import LOOPBACK_OUTBOUND
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, RunFactory
+from tests.test_errors import error_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,12 +106,6 @@ def create_connector(client, **overrides):
     body = {"name": "Tracker", "provider": "github_issues", "containers": ["acme/site"],
             "credentials": {"value": "tok-123"}, **overrides}
     return client.post(f"/companies/{client.company.pk}/connectors", json=body)
-
-
-def error_of(response):
-    body = response.json()
-    assert set(body) == {"error"} and {"code", "message", "details"} <= set(body["error"]), body
-    return body["error"]
 
 
 # --- env: references stay inside the allow-list -------------------------------------------------

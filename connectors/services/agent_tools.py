@@ -108,7 +108,7 @@ def link_comment_post(*, actor: Actor, link: TaskLink, body: str, idempotency_ke
         # No milestone: an explicit, keyed tool call is not progress chatter to debounce or batch.
         effect = effect_record(link=link, kind=OutboundKind.COMMENT, source_id=source_id,
                                payload={"lines": [body], "agent": actor.agent.name, "issueId": str(issue.pk),
-                                        "tool": "connector.comment", "runId": str(actor.run.pk)})
+                                        "tool": "connector.comment", "runId": str(actor.run_ref)})
         activity_record(actor=actor, company_id=link.company_id, action="connector.agent_tool_comment",
                         entity_type="connector_link", entity_id=link.pk,
                         details={"instanceId": str(link.instance_id), "issueId": str(issue.pk),

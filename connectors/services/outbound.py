@@ -208,7 +208,9 @@ def status_changed(*, issue, old: str, new: str, actor=None):
             continue
         name = _agent_name(issue)
         if old == IssueStatus.IN_PROGRESS and new == IssueStatus.TODO:
-            # §10.3 release state: the claim ended without a result; the task waits for the next pick-up
+            # §10.3 release state: the claim ended without a result; the task waits for the next pick-up.
+            # A release clears the assignee (upstream), so the releasing agent names itself.
+            name = getattr(getattr(actor, "agent", None), "name", None) or name
             _comment(link, f"release:{stamp}", "release", f"{name or 'The agent'} released this task; it is "
                      f"back in the queue in Paperclip.", name, "postProgressComments")
             continue

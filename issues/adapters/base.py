@@ -25,6 +25,7 @@ from __future__ import annotations
 import abc
 import os
 import re
+import uuid
 import weakref
 from dataclasses import dataclass, field
 
@@ -108,19 +109,41 @@ class Adapter(abc.ABC):
 # --- environment and keys ----------------------------------------------------------------------
 
 
+def api_origin(url: str) -> str:
+    """``PAPERCLIP_API_URL`` as upstream hands it out: the server origin without ``/api`` (clients
+    append ``/api/...``). A configured value ending in ``/api`` (this project's old default) is
+    accepted and trimmed; a path prefix before it (a server behind a proxy path) is kept."""
+    url = (url or "").strip().rstrip("/")
+    if url.lower().endswith("/api"):
+        url = url[: -len("/api")].rstrip("/")
+    return url
+
+
+def _uuid_text(value) -> str | None:
+    try:
+        return str(uuid.UUID(str(value))) if value else None
+    except ValueError:
+        return None
+
+
 def build_run_env(*, run, agent, issue, api_url: str, api_key: str, wake_reason: str = "",
-                  comment_ids=(), approval_id=None) -> dict[str, str]:
+                  comment_ids=(), approval_id=None, task_id=None) -> dict[str, str]:
+    """The always-set variables of paperclip-api.md §3 plus the wake's task and reason (each only
+    when known). ``task_id`` (the wake context's ``taskId``/``issueId``) names the task when the run
+    has no issue of its own (e.g. an approval whose linked issues are all closed)."""
     env = {
-        "PAPERCLIP_API_URL": api_url.rstrip("/"),
+        "PAPERCLIP_API_URL": api_origin(api_url),
         "PAPERCLIP_API_KEY": api_key,
         "PAPERCLIP_RUN_ID": str(run.pk),
         "PAPERCLIP_AGENT_ID": str(agent.pk),
         "PAPERCLIP_COMPANY_ID": str(agent.company_id),
-        "PAPERCLIP_WAKE_REASON": wake_reason or "",
         "PAPERCLIP_WAKE_COMMENT_IDS": ",".join(str(c) for c in comment_ids or ()),
     }
-    if issue is not None:
-        env["PAPERCLIP_TASK_ID"] = str(issue.pk)
+    if wake_reason:
+        env["PAPERCLIP_WAKE_REASON"] = wake_reason
+    task = str(issue.pk) if issue is not None else _uuid_text(task_id)
+    if task:
+        env["PAPERCLIP_TASK_ID"] = task
     if approval_id:
         env["PAPERCLIP_APPROVAL_ID"] = str(approval_id)
     return env
@@ -197,7 +220,7 @@ def prepare_context(run, *, owner: str | None = None, api_url: str | None = None
     env = build_run_env(
         run=run, agent=agent, issue=issue, api_url=api_url or settings.PAPERCLIP["API_URL"], api_key=raw_key,
         wake_reason=run.wake_reason or context.get("reason", ""), comment_ids=context.get("commentIds") or (),
-        approval_id=context.get("approvalId"),
+        approval_id=context.get("approvalId"), task_id=context.get("taskId") or context.get("issueId"),
     )
     if not raw_key:
         env.pop("PAPERCLIP_API_KEY")

@@ -3,6 +3,7 @@ from rest_framework import serializers
 
 from issues.choices import ApprovalType
 from issues.filtersets import MAX_LIST_ITEMS
+from issues.services.approval_comments import BODY_MAX
 from issues.services.approvals import NOTE_MAX, TITLE_MAX
 
 from .serializers import IdField, StrictSerializer
@@ -44,8 +45,35 @@ class ApprovalCreateSerializer(StrictSerializer):
 
 
 class ApprovalDecisionSerializer(StrictSerializer):
+    """``comment`` is an alias of ``decisionNote`` (some clients send it). When both are given,
+    ``decisionNote`` wins (as upstream, which ignores ``comment``); ``comment`` is used only when
+    ``decisionNote`` is absent or null."""
+
     decisionNote = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=NOTE_MAX)
+    comment = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=NOTE_MAX,
+                                    help_text="Alias of decisionNote; ignored when decisionNote is given.")
+
+    def validate(self, attrs):
+        alias = attrs.pop("comment", None)
+        if attrs.get("decisionNote") is None and alias is not None:
+            attrs["decisionNote"] = alias
+        return attrs
 
 
 class ApprovalResubmitSerializer(StrictSerializer):
     payload = serializers.DictField(required=False, help_text="Replaces the payload; omitted keeps it.")
+
+
+class ApprovalCommentSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    companyId = serializers.UUIDField(source="company_id")
+    approvalId = serializers.UUIDField(source="approval_id")
+    authorAgentId = serializers.UUIDField(source="author_agent_id", allow_null=True)
+    authorUserId = serializers.IntegerField(source="author_user_id", allow_null=True)
+    body = serializers.CharField()
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+
+
+class ApprovalCommentCreateSerializer(StrictSerializer):
+    body = serializers.CharField(max_length=BODY_MAX, trim_whitespace=False)  # stored as written; blank is a 400

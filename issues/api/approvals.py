@@ -11,6 +11,7 @@ from issues import selectors
 from issues.actors import actor_from_request
 from issues.choices import ApprovalStatus
 from issues.exceptions import InvalidInput
+from issues.services import approval_comments as comment_services
 from issues.services import approvals as approval_services
 
 from . import approval_serializers as a
@@ -79,6 +80,7 @@ class ApprovalDecisionView(APIView):
 
 
 def decision_schema(operation_id: str, summary: str):
+    # ``comment`` is accepted as an alias of ``decisionNote`` (decisionNote wins when both are given).
     return extend_schema(request=a.ApprovalDecisionSerializer, responses={200: a.ApprovalSerializer, **ERRORS},
                          operation_id=operation_id, summary=summary)
 
@@ -118,3 +120,23 @@ class ApprovalResubmitView(APIView):
         data = parse(a.ApprovalResubmitSerializer, request)
         approval = approval_services.approval_resubmit(actor=actor, approval=approval, payload=data.get("payload"))
         return approval_response(approval)
+
+
+class ApprovalCommentsView(APIView):
+    """Board users and agents of the approval's company; an agent posts from a live run."""
+
+    @extend_schema(parameters=LIST_PARAMS, responses={200: a.ApprovalCommentSerializer(many=True), **ERRORS},
+                   operation_id="approvals_comments_list", summary="The approval's comments, oldest first.")
+    def get(self, request, approval_id):
+        approval = selectors.approval_get(actor=actor_from_request(request), pk=approval_id)
+        comments = selectors.approval_comment_list(approval=approval, params=request.query_params)
+        return Response(a.ApprovalCommentSerializer(comments, many=True).data)
+
+    @extend_schema(request=a.ApprovalCommentCreateSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={201: a.ApprovalCommentSerializer, **ERRORS}, operation_id="approvals_comments_create")
+    def post(self, request, approval_id):
+        actor = actor_from_request(request)
+        approval = selectors.approval_get(actor=actor, pk=approval_id)
+        data = parse(a.ApprovalCommentCreateSerializer, request)
+        comment = comment_services.approval_comment_add(actor=actor, approval=approval, body=data["body"])
+        return Response(a.ApprovalCommentSerializer(comment).data, status=status.HTTP_201_CREATED)

@@ -1,4 +1,6 @@
 """API shapes (camelCase, as in the Heartbeat Protocol). Input serializers reject unknown fields."""
+import uuid
+
 from rest_framework import serializers
 
 from drf_spectacular.utils import extend_schema_field
@@ -40,20 +42,24 @@ class IdField(serializers.UUIDField):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"type": "string", "enum": [str(s) for s in CHECKOUT_FROM_STATUSES]})
+@extend_schema_field({"type": "string", "enum": [str(s) for s in IssueStatus.values]})
 class CheckoutStatusField(serializers.CharField):
-    """A status a checkout may claim from; other values are refused by the service (422
-    invalid_expected_statuses), so the schema lists the allowed ones."""
+    """Any issue status (upstream's enum; ``in_progress`` re-claims the agent's own issue after a
+    crash). A short bounded string first, so a hostile value is refused without being echoed."""
 
-
-class ErrorBodySerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    details = serializers.DictField()
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value not in IssueStatus.values:
+            raise serializers.ValidationError(f"Not an issue status; use one of {', '.join(IssueStatus.values)}.")
+        return value
 
 
 class ErrorSerializer(serializers.Serializer):
-    error = ErrorBodySerializer()
+    """Every error: upstream's top-level ``error`` string, with ``code`` and ``details`` beside it."""
+
+    error = serializers.CharField(help_text="The human-readable message (upstream clients read this).")
+    code = serializers.CharField(help_text="A stable machine-readable code, e.g. checkout_conflict.")
+    details = serializers.DictField(help_text="Field errors (field -> messages) or context such as lock details.")
 
 
 # --- output -------------------------------------------------------------------------------
@@ -86,9 +92,7 @@ class AgentSerializer(AgentBriefSerializer):
     createdAt = serializers.DateTimeField(source="created_at")
 
 
-class AgentMeSerializer(AgentSerializer):
-    company = CompanyBriefSerializer()
-    chainOfCommand = AgentBriefSerializer(many=True, source="chain_of_command")
+# AgentMeSerializer lives in agent_serializers (the agent record of GET /agents/{id}, and its company).
 
 
 class IssueRefSerializer(serializers.Serializer):
@@ -98,11 +102,25 @@ class IssueRefSerializer(serializers.Serializer):
     status = serializers.CharField()
 
 
+class IssueSummarySerializer(IssueRefSerializer):
+    """Upstream's blocker/blocked summary on the issue detail."""
+    priority = serializers.CharField()
+    assigneeAgentId = serializers.UUIDField(source="assignee_agent_id", allow_null=True)
+    assigneeUserId = serializers.IntegerField(source="assignee_user_id", allow_null=True)
+
+
+class LabelBriefSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    color = serializers.CharField()
+
+
 class IssueSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     companyId = serializers.UUIDField(source="company_id")
     identifier = serializers.CharField()
     number = serializers.IntegerField()
+    issueNumber = serializers.IntegerField(source="number", help_text="Upstream's name for number.")
     title = serializers.CharField()
     description = serializers.CharField()
     status = serializers.CharField()
@@ -118,7 +136,8 @@ class IssueSerializer(serializers.Serializer):
     assigneeUserId = serializers.IntegerField(source="assignee_user_id", allow_null=True)
     createdByAgentId = serializers.UUIDField(source="created_by_agent_id", allow_null=True)
     createdByUserId = serializers.IntegerField(source="created_by_user_id", allow_null=True)
-    checkoutRunId = serializers.UUIDField(source="checkout_run_id", allow_null=True)
+    checkoutRunId = serializers.SerializerMethodField(
+        help_text="The run holding the checkout: a host run, or a long-lived key's own client run id.")
     executionRunId = serializers.UUIDField(source="execution_run_id", allow_null=True)
     executionLockedAt = serializers.DateTimeField(source="execution_locked_at", allow_null=True)
     executionWorkspaceId = serializers.UUIDField(source="execution_workspace_id", allow_null=True)
@@ -126,13 +145,21 @@ class IssueSerializer(serializers.Serializer):
     startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
     cancelledAt = serializers.DateTimeField(source="cancelled_at", allow_null=True)
+    # Read from the prefetched labels when the selector loaded them (lists: one query for all rows).
+    labelIds = serializers.PrimaryKeyRelatedField(source="labels", many=True, read_only=True,
+                                                  pk_field=serializers.UUIDField())
+    labels = LabelBriefSerializer(many=True, read_only=True)
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
+
+    def get_checkoutRunId(self, issue) -> uuid.UUID | None:
+        return issue.checkout_run_id or issue.checkout_client_run_id
 
 
 class IssueDetailSerializer(IssueSerializer):
     ancestors = IssueRefSerializer(many=True)
-    blockedBy = IssueRefSerializer(many=True, source="blocked_by")
+    blockedBy = IssueSummarySerializer(many=True, source="blocked_by")
+    blocks = IssueSummarySerializer(many=True)
     project = serializers.SerializerMethodField()
     goal = serializers.SerializerMethodField()
 
@@ -155,6 +182,7 @@ class IssueWriteResultSerializer(IssueSerializer):
 
 class CommentSerializer(serializers.Serializer):
     id = serializers.UUIDField()
+    companyId = serializers.UUIDField(source="company_id")
     issueId = serializers.UUIDField(source="issue_id")
     authorType = serializers.CharField(source="author_type")
     authorAgentId = serializers.UUIDField(source="author_agent_id", allow_null=True)
@@ -163,29 +191,47 @@ class CommentSerializer(serializers.Serializer):
     body = serializers.CharField()
     provenance = serializers.JSONField()
     createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
 
 
 class RevisionSerializer(serializers.Serializer):
+    # Reverse-manager reads (document.revisions) cache ``document`` on each row: no extra query.
     id = serializers.UUIDField()
+    documentId = serializers.UUIDField(source="document_id")
+    issueId = serializers.UUIDField(source="document.issue_id")
+    key = serializers.CharField(source="document.key")
     number = serializers.IntegerField()
+    revisionNumber = serializers.IntegerField(source="number")
     title = serializers.CharField()
+    format = serializers.CharField(source="document.format")
     body = serializers.CharField()
+    # Upstream's optional note per revision; this product does not record one.
+    changeSummary = serializers.SerializerMethodField()
     authorType = serializers.CharField(source="author_type")
     authorAgentId = serializers.UUIDField(source="author_agent_id", allow_null=True)
     authorUserId = serializers.IntegerField(source="author_user_id", allow_null=True)
     runId = serializers.UUIDField(source="run_id", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
 
+    @extend_schema_field({"type": "string"})
+    def get_changeSummary(self, revision) -> str:
+        return ""
+
 
 class DocumentSerializer(serializers.Serializer):
     id = serializers.UUIDField()
+    companyId = serializers.UUIDField(source="company_id")
     issueId = serializers.UUIDField(source="issue_id")
     key = serializers.CharField()
     title = serializers.CharField()
     format = serializers.CharField()
     body = serializers.CharField(source="latest_revision.body", default="")
+    # Upstream names first; revisionId/revisionNumber stay for this product's own clients.
+    latestRevisionId = serializers.UUIDField(source="latest_revision_id", allow_null=True)
+    latestRevisionNumber = serializers.IntegerField(source="revision_count")
     revisionId = serializers.UUIDField(source="latest_revision_id", allow_null=True)
     revisionNumber = serializers.IntegerField(source="revision_count")
+    createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
 
 
@@ -281,6 +327,11 @@ class IssueCreateSerializer(StrictSerializer):
     executionWorkspaceId = IdField(required=False, allow_null=True)
     workspaceStrategy = serializers.ChoiceField(choices=WorkspaceStrategy.choices, required=False)
     inheritExecutionWorkspaceFromIssueId = IdField(required=False, allow_null=True)
+    labelIds = serializers.ListField(child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
+                                     help_text="Labels of this company (another id is a 404 naming labelIds).")
+    blockedByIssueIds = serializers.ListField(
+        child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
+        help_text="Issues of this company that block the new one (another or unknown id is a 422).")
 
 
 class IssuePatchSerializer(StrictSerializer):
@@ -292,18 +343,36 @@ class IssuePatchSerializer(StrictSerializer):
     projectId = IdField(required=False, allow_null=True)
     goalId = IdField(required=False, allow_null=True)
     assigneeAgentId = IdField(required=False, allow_null=True)
+    labelIds = serializers.ListField(child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
+                                     help_text="Replaces the issue's labels; [] clears them.")
+    blockedByIssueIds = serializers.ListField(
+        child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
+        help_text="Replaces the issue's blockers; [] clears them. Same company, not itself, no cycles (422).")
     comment = serializers.CharField(required=False, allow_blank=False)
+    reopen = serializers.BooleanField(required=False, default=False,
+                                      help_text="With comment: a done or cancelled issue goes back to todo.")
+    interrupt = serializers.BooleanField(required=False, default=False,
+                                         help_text="With comment, board only: stops the issue's live run first.")
 
 
 class CheckoutSerializer(StrictSerializer):
-    agentId = IdField()
+    # Both optional for an agent: itself, and the default statuses (CHECKOUT_FROM_STATUSES); a
+    # board user must name the agent (400 naming agentId).
+    agentId = IdField(required=False, help_text="The agent to check out for; an agent may omit it (itself).")
     # Bounded: a status is a short word and there are only a handful of them.
-    expectedStatuses = serializers.ListField(child=CheckoutStatusField(max_length=32), allow_empty=False,
-                                             min_length=1, max_length=MAX_LIST_ITEMS)
+    expectedStatuses = serializers.ListField(
+        child=CheckoutStatusField(max_length=32), allow_empty=False, min_length=1, max_length=MAX_LIST_ITEMS,
+        required=False, help_text="Statuses the issue may be claimed from; default: "
+                                  + ", ".join(CHECKOUT_FROM_STATUSES) + ".")
 
 
 class CommentCreateSerializer(StrictSerializer):
     body = serializers.CharField()
+    reopen = serializers.BooleanField(required=False, default=False,
+                                      help_text="A done or cancelled issue goes back to todo; the assignee wakes.")
+    interrupt = serializers.BooleanField(required=False, default=False,
+                                         help_text="Board only: stops the issue's live run before the comment "
+                                                   "starts the next one.")
 
 
 class DocumentWriteSerializer(StrictSerializer):

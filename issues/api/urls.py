@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from . import approvals, views, wake, work_products
 
@@ -34,8 +34,14 @@ urlpatterns = [
     path("approvals/<uuid:approval_id>/request-revision", approvals.ApprovalRequestRevisionView.as_view(),
          name="approval-request-revision"),
     path("approvals/<uuid:approval_id>/resubmit", approvals.ApprovalResubmitView.as_view(), name="approval-resubmit"),
+    path("approvals/<uuid:approval_id>/comments", approvals.ApprovalCommentsView.as_view(), name="approval-comments"),
     path("runs/<uuid:run_id>", views.RunDetailView.as_view(), name="run-detail"),
     path("runs/<uuid:run_id>/heartbeat", views.RunHeartbeatView.as_view(), name="run-heartbeat"),
     path("runs/<uuid:run_id>/events", views.RunEventsView.as_view(), name="run-events"),
     path("issues/<str:issue_id>/run/stop", views.IssueRunStopView.as_view(), name="issue-run-stop"),
+    # Upstream-compatible additions (issue #14), one module per area.
+    path("", include("issues.api.urls_auth")),
+    path("", include("issues.api.urls_agents")),
+    path("", include("issues.api.urls_issue_extras")),
+    path("", include("issues.api.urls_org")),
 ]

@@ -21,9 +21,13 @@ from issues.services import wakeups as wakeup_services
 from issues.services import run_results
 from issues.services import runs as run_services
 from issues.services import thread as thread_services
+from issues.services.agents import ensure_agent
 from issues.services.lookups import company_object
 
 from . import serializers as s
+from .org_serializers import CompanySerializer
+from .agent_serializers import AgentMeSerializer
+from .issue_extra_serializers import IssueUpdateResultSerializer
 
 ERRORS = {code: s.ErrorSerializer for code in (400, 401, 403, 404, 409, 422)}
 RUN_HEADER_PARAM = OpenApiParameter(RUN_HEADER, OpenApiTypes.UUID, OpenApiParameter.HEADER, required=False,
@@ -50,14 +54,15 @@ def issue_write_result(issue, adjustment, code=status.HTTP_200_OK):
 
 
 class AgentMeView(APIView):
-    @extend_schema(responses={200: s.AgentMeSerializer, **ERRORS}, operation_id="agents_me")
+    @extend_schema(responses={200: AgentMeSerializer, **ERRORS}, operation_id="agents_me",
+                   description="The calling agent's record as GET /agents/{id} shows it (adapterConfig redacted), "
+                               "with its company. A board credential is a 401 `Agent authentication required`.")
     def get(self, request):
         actor = actor_from_request(request)
-        if not actor.is_agent:
-            raise Forbidden("Only agents have an identity here; board users use the console.", code="agent_only")
+        ensure_agent(actor)
         agent = Agent.objects.select_related("company", "reports_to").get(pk=actor.agent.pk)
         agent.chain_of_command = selectors.chain_of_command(agent)
-        return Response(s.AgentMeSerializer(agent).data)
+        return Response(AgentMeSerializer(agent, context={"redact": True}).data)
 
 
 class CompanyIssuesView(APIView):
@@ -68,7 +73,7 @@ class CompanyIssuesView(APIView):
     )
     def get(self, request, company_id):
         company = actor_from_request(request).company(company_id)
-        issues = selectors.issue_list(company=company, params=request.query_params)
+        issues = selectors.issue_list(company=company, params=request.query_params, actor=actor_from_request(request))
         return Response(s.IssueSerializer(issues, many=True).data)
 
     @extend_schema(request=s.IssueCreateSerializer, parameters=[RUN_HEADER_PARAM],
@@ -84,13 +89,15 @@ class CompanyIssuesView(APIView):
             assignee_agent_id=data.get("assigneeAgentId"), block_parent_until_done=data["blockParentUntilDone"],
             execution_workspace_id=data.get("executionWorkspaceId"), workspace_strategy=data.get("workspaceStrategy"),
             inherit_workspace_from_id=data.get("inheritExecutionWorkspaceFromIssueId"),
+            label_ids=data.get("labelIds"), blocked_by_ids=data.get("blockedByIssueIds"),
         )
         return issue_write_result(issue, adjustment, status.HTTP_201_CREATED)
 
 
 PATCH_FIELDS = {"title": "title", "description": "description", "status": "status", "priority": "priority",
                 "parentId": "parent_id", "projectId": "project_id", "goalId": "goal_id",
-                "assigneeAgentId": "assignee_agent_id"}
+                "assigneeAgentId": "assignee_agent_id", "labelIds": "label_ids",
+                "blockedByIssueIds": "blocked_by_ids"}
 
 
 class IssueDetailView(APIView):
@@ -100,15 +107,26 @@ class IssueDetailView(APIView):
         return Response(s.IssueDetailSerializer(issue).data)
 
     @extend_schema(request=s.IssuePatchSerializer, parameters=[RUN_HEADER_PARAM],
-                   responses={200: s.IssueWriteResultSerializer, **ERRORS}, operation_id="issues_update")
+                   responses={200: IssueUpdateResultSerializer, **ERRORS}, operation_id="issues_update")
     def patch(self, request, issue_id):
         actor = actor_from_request(request)
         issue = selectors.issue_get(actor=actor, pk=issue_id)
         data = parse(s.IssuePatchSerializer, request)
         changes = {PATCH_FIELDS[k]: v for k, v in data.items() if k in PATCH_FIELDS}
-        issue, adjustment, _ = issue_services.issue_update(actor=actor, issue=issue, changes=changes,
-                                                           comment=data.get("comment"))
-        return issue_write_result(issue, adjustment)
+        issue, adjustment, comment = issue_services.issue_update(actor=actor, issue=issue, changes=changes,
+                                                                 comment=data.get("comment"), reopen=data["reopen"],
+                                                                 interrupt=data["interrupt"])
+        response = issue_write_result(issue, adjustment)
+        response.data["comment"] = s.CommentSerializer(comment).data if comment else None
+        return response
+
+    @extend_schema(request=None, responses={200: s.IssueSerializer, **ERRORS}, operation_id="issues_delete",
+                   description="Board only. Deletes the issue with its thread; children move to the top level. "
+                               "A live run on the issue is a 409 issue_run_active (stop it first).")
+    def delete(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_row(actor=actor, pk=issue_id)
+        return Response(s.IssueSerializer(issue_services.issue_delete(actor=actor, issue=issue)).data)
 
 
 class IssueCheckoutView(APIView):
@@ -119,8 +137,8 @@ class IssueCheckoutView(APIView):
         data = parse(s.CheckoutSerializer, request)
         # The claim itself is scoped to the caller's companies: another company's issue is a 404.
         issue, _ = checkout_services.issue_checkout(
-            actor=actor, issue_ref=issue_id, agent_id=data["agentId"], expected_statuses=data["expectedStatuses"],
-            run_header=request.headers.get(RUN_HEADER),
+            actor=actor, issue_ref=issue_id, agent_id=data.get("agentId"),
+            expected_statuses=data.get("expectedStatuses"), run_header=request.headers.get(RUN_HEADER),
         )
         return Response(s.IssueSerializer(issue).data)
 
@@ -163,7 +181,8 @@ class IssueCommentsView(APIView):
         actor = actor_from_request(request)
         issue = selectors.issue_get(actor=actor, pk=issue_id)
         data = parse(s.CommentCreateSerializer, request)
-        comment = thread_services.comment_create(actor=actor, issue=issue, body=data["body"])
+        comment = thread_services.comment_create(actor=actor, issue=issue, body=data["body"], reopen=data["reopen"],
+                                                 interrupt=data["interrupt"])
         return Response(s.CommentSerializer(comment).data, status=status.HTTP_201_CREATED)
 
 
@@ -303,12 +322,15 @@ class RunDetailView(APIView):
 
 
 class CompanyListView(APIView):
-    @extend_schema(responses={200: s.CompanyBriefSerializer(many=True), **ERRORS}, operation_id="companies_list")
+    @extend_schema(responses={200: CompanySerializer(many=True), **ERRORS}, operation_id="companies_list",
+                   description="Board only (upstream): the caller's companies, newest first by name.")
     def get(self, request):
         from issues.models import Company
 
-        return Response(s.CompanyBriefSerializer(
-            Company.objects.filter(pk__in=actor_from_request(request).company_ids), many=True).data)
+        actor = actor_from_request(request)
+        if not actor.is_board:
+            raise Forbidden("Board access required", code="board_only")
+        return Response(CompanySerializer(Company.objects.filter(pk__in=actor.company_ids), many=True).data)
 
 
 class HealthView(APIView):

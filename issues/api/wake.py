@@ -1,14 +1,14 @@
 """A pending wake is observable (issue #13): the agent's own wakes and the context of its run,
 and the board's upstream-compatible run lists (paperclip-api.md §5.1)."""
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from issues import run_context, selectors
 from issues.actors import actor_from_request
-from issues.exceptions import Forbidden
+from issues.services.agents import ensure_agent
 
 from .serializers import RunSerializer
 from .views import ERRORS, RUN_HEADER_PARAM
@@ -88,10 +88,22 @@ class RunListItemSerializer(RunSerializer):
                                                                             else [])
 
 
+# Upstream's triggerDetail (manual|ping|callback|system) from our invocation source: an on-demand
+# wake is someone asking (manual); timers, assignments and automations are the system's own; a
+# connector wake answers an outside event (callback). ``ping`` has no source of ours.
+TRIGGER_DETAIL = {"on_demand": "manual", "timer": "system", "assignment": "system", "automation": "system",
+                  "connector": "callback"}
+
+
 class LiveRunSerializer(serializers.Serializer):
+    """A queued or running run (upstream's live-runs item). ``triggerDetail`` is derived from
+    ``invocationSource``: on_demand -> manual; timer, assignment, automation -> system;
+    connector -> callback (see ``TRIGGER_DETAIL``)."""
+
     id = serializers.UUIDField()
     status = serializers.CharField()
     invocationSource = serializers.CharField(source="invocation_source")
+    triggerDetail = serializers.SerializerMethodField()
     startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
     finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
@@ -99,6 +111,10 @@ class LiveRunSerializer(serializers.Serializer):
     agentName = serializers.CharField(source="agent.name")
     adapterType = serializers.CharField(source="adapter_type")
     issueId = serializers.UUIDField(source="issue_id", allow_null=True)
+
+    @extend_schema_field({"type": "string", "enum": ["manual", "ping", "callback", "system"], "nullable": True})
+    def get_triggerDetail(self, run):
+        return TRIGGER_DETAIL.get(run.invocation_source)
 
 
 # --- views -------------------------------------------------------------------------------------------
@@ -114,10 +130,10 @@ class AgentMeWakeView(APIView):
     )
     def get(self, request):
         actor = actor_from_request(request)
-        if not actor.is_agent:
-            raise Forbidden("Only agents have wakes here; board users list runs per company.", code="agent_only")
+        ensure_agent(actor)  # 401 for a board credential, as /agents/me
         current = None
-        if actor.run_header:  # a run-scoped key implies its run; a bad header is a 403
+        # A run-scoped key implies its run; a long-lived key's own client run id names no host run.
+        if actor.run_header and actor.run is not None:
             current = run_context.run_context_view(actor.run)
         body = {"agentId": actor.agent.pk, "pendingWakes": selectors.agent_pending_wakes(agent=actor.agent),
                 "runs": selectors.agent_live_runs(agent=actor.agent), "currentRun": current}

@@ -1,7 +1,7 @@
 """Console routes of the issues app, added to the ``console`` namespace by ``issues/urls.py``."""
 from django.urls import path
 
-from . import agents, approvals, dashboard, issues, runs
+from . import agents, approvals, board_keys, dashboard, issues, runs
 
 urlpatterns = [
     path("dashboard/", dashboard.dashboard, name="dashboard"),
@@ -25,4 +25,7 @@ urlpatterns = [
     path("approvals/", approvals.approval_list_page, name="approval-list"),
     path("approvals/<uuid:approval_id>/", approvals.approval_detail, name="approval-detail"),
     path("approvals/<uuid:approval_id>/decide/", approvals.approval_decide_view, name="approval-decide"),
+    path("board-keys/", board_keys.board_key_list_page, name="board-key-list"),
+    path("board-keys/new/", board_keys.board_key_new, name="board-key-create"),
+    path("board-keys/<uuid:key_id>/revoke/", board_keys.board_key_revoke_view, name="board-key-revoke"),
 ]

@@ -1,7 +1,9 @@
 from .activity import ActivityLog
 from .agent import Agent, AgentApiKey
 from .approval import Approval, ApprovalIssue
+from .board_key import BoardApiKey
 from .company import Company, Goal, Membership, Project
+from .costs import ApprovalComment, CostEvent, Label
 from .issue import Issue, IssueRelation
 from .run import ExecutionWorkspace, HeartbeatRun, RunEvent, WakeupRequest
 from .thread import Comment, Document, DocumentRevision, Interaction, WorkProduct
@@ -12,9 +14,12 @@ __all__ = [
     "Agent",
     "AgentApiKey",
     "Approval",
+    "ApprovalComment",
     "ApprovalIssue",
+    "BoardApiKey",
     "Comment",
     "Company",
+    "CostEvent",
     "Document",
     "DocumentRevision",
     "ExecutionWorkspace",
@@ -23,6 +28,7 @@ __all__ = [
     "Interaction",
     "Issue",
     "IssueRelation",
+    "Label",
     "Membership",
     "Project",
     "RunEvent",

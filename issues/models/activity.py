@@ -17,6 +17,11 @@ class ActivityLog(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # A long-lived agent key's own run id (not a host run), recorded as given.
+    client_run_id = models.UUIDField(null=True, blank=True)
+    # The operator key a board request was made with.
+    board_key = models.ForeignKey("issues.BoardApiKey", null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
     action = models.CharField(max_length=64, db_index=True)
     entity_type = models.CharField(max_length=32)
     entity_id = models.CharField(max_length=64, db_index=True)

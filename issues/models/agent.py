@@ -26,6 +26,10 @@ class Agent(UUIDModel):
     spend_period = models.CharField(max_length=7, blank=True, help_text="The month (YYYY-MM) spend counts for.")
     pause_reason = models.CharField(max_length=200, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Upstream's agent permissions: {"canCreateAgents": bool, "canAssignTasks": bool}.
+    permissions = models.JSONField(default=dict, blank=True)
+    icon = models.CharField(max_length=64, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -91,6 +91,8 @@ class Goal(UUIDModel):
     description = models.TextField(blank=True)
     level = models.CharField(max_length=16, default="company")
     status = models.CharField(max_length=32, default="active")
+    owner_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="owned_goals")
 
     class Meta:
         ordering = ["title"]

@@ -50,6 +50,10 @@ class Issue(UUIDModel):
         "issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="executing_issues"
     )
     execution_locked_at = models.DateTimeField(null=True, blank=True)
+    # A long-lived agent key's own run id (X-Paperclip-Run-Id naming none of the host's runs): never a
+    # live host run, so the same agent adopts the lock when it presents another id (upstream).
+    checkout_client_run_id = models.UUIDField(null=True, blank=True)
+    labels = models.ManyToManyField("issues.Label", blank=True, related_name="issues")
     # Workspace binding and preference. A child never inherits these from its parent (seed 000).
     execution_workspace = models.ForeignKey(
         "issues.ExecutionWorkspace", null=True, blank=True, on_delete=models.SET_NULL, related_name="bound_issues"
@@ -88,7 +92,8 @@ class Issue(UUIDModel):
             # Locks exist only while work is in progress; leaving in_progress clears them.
             models.CheckConstraint(
                 condition=Q(status=IssueStatus.IN_PROGRESS)
-                | (Q(checkout_run__isnull=True) & Q(execution_run__isnull=True) & Q(execution_locked_at__isnull=True)),
+                | (Q(checkout_run__isnull=True) & Q(execution_run__isnull=True) & Q(execution_locked_at__isnull=True)
+                   & Q(checkout_client_run_id__isnull=True)),
                 name="issue_lock_only_in_progress",
             ),
         ]

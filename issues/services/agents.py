@@ -1,15 +1,22 @@
-"""Agent lifecycle writes used by the operator console: pause, resume, adapter configuration."""
+"""Agent lifecycle writes used by the operator console and the API: create rules, update,
+permissions, pause / resume / terminate (which stop the agent's live runs), adapter configuration,
+and the on-demand heartbeat (``agent_wakeup`` like every wake)."""
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from issues.actors import Actor
 from issues.adapters import AdapterConfigError, get_adapter
-from issues.choices import AdapterType, AgentStatus
-from issues.exceptions import Conflict, InvalidInput
-from issues.models import Agent
+from issues.choices import LIVE_RUN_STATUSES, AdapterType, AgentRole, AgentStatus, WakeSource
+from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized, Unprocessable
+from issues.models import Agent, AgentApiKey, HeartbeatRun, WakeupRequest
+from issues.selectors import walk_up
 
 from .activity import activity_record
+from .run_policy import KNOBS
+from .runs import run_cancel
+from .wakeups import agent_wakeup
 
 MANUAL_PAUSE = "paused by the board"
 
@@ -18,29 +25,56 @@ def _locked(agent: Agent) -> Agent:
     return Agent.objects.select_for_update().get(pk=agent.pk)
 
 
-def agent_pause(*, actor: Actor, agent: Agent, reason: str = "") -> Agent:
-    """Stop new runs of the agent (wakes are skipped, queued runs are cancelled when claimed)."""
+def ensure_board(actor: Actor) -> None:
+    if actor.is_agent:
+        raise Forbidden("Board access required", code="board_only")
+
+
+def ensure_agent(actor: Actor) -> None:
+    """The agent's own routes (``/agents/me…``): a board credential is not an agent (upstream's 401)."""
+    if not actor.is_agent:
+        raise Unauthorized("Agent authentication required", code="agent_auth_required")
+
+
+def _stop_live_runs(actor: Actor, agent: Agent, reason: str) -> None:
+    """Cancel every queued, scheduled or running run of the agent (processes are killed by their adapter)."""
+    for run in HeartbeatRun.objects.filter(agent=agent, status__in=LIVE_RUN_STATUSES).order_by("created_at"):
+        run_cancel(actor=actor, run=run, reason=reason)
+
+
+def agent_pause(*, actor: Actor, agent: Agent, reason: str = "", stop_runs: bool = False) -> Agent:
+    """Stop new runs of the agent (wakes are skipped, queued runs are cancelled when claimed).
+    ``stop_runs`` (the API, as upstream) also cancels its live runs now, even when already paused."""
+    ensure_board(actor)
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
         agent = _locked(agent)
         if agent.status == AgentStatus.TERMINATED:
             raise Conflict("A terminated agent cannot be paused.", code="agent_terminated")
-        if agent.status == AgentStatus.PAUSED:
-            return agent
-        previous = agent.status
-        agent.status = AgentStatus.PAUSED
-        agent.pause_reason = (reason or MANUAL_PAUSE)[:200]
-        agent.save(update_fields=["status", "pause_reason", "updated_at"])
-        activity_record(actor=actor, company_id=agent.company_id, action="agent.paused", entity_type="agent",
-                        entity_id=agent.pk, details={"from": previous, "reason": agent.pause_reason})
+        if agent.status != AgentStatus.PAUSED:
+            previous = agent.status
+            agent.status = AgentStatus.PAUSED
+            agent.pause_reason = (reason or MANUAL_PAUSE)[:200]
+            agent.save(update_fields=["status", "pause_reason", "updated_at"])
+            activity_record(actor=actor, company_id=agent.company_id, action="agent.paused", entity_type="agent",
+                            entity_id=agent.pk, details={"from": previous, "reason": agent.pause_reason})
+        if stop_runs:
+            _stop_live_runs(actor, agent, "agent_paused")
     return agent
 
 
-def agent_resume(*, actor: Actor, agent: Agent) -> Agent:
+def agent_resume(*, actor: Actor, agent: Agent, strict: bool = True) -> Agent:
+    """Back to idle. ``strict`` (the console): only a paused agent. Otherwise (the API, as upstream)
+    an agent in error is resumed too, an active one is returned unchanged; a terminated one is a 409."""
+    ensure_board(actor)
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
         agent = _locked(agent)
-        if agent.status != AgentStatus.PAUSED:
+        if not strict and agent.status == AgentStatus.TERMINATED:
+            raise Conflict("Cannot resume terminated agent", code="agent_terminated")
+        if not strict and agent.status not in (AgentStatus.PAUSED, AgentStatus.ERROR):
+            return agent
+        if strict and agent.status != AgentStatus.PAUSED:
             raise Conflict("The agent is not paused.", code="agent_not_paused", details={"status": agent.status})
         agent.status = AgentStatus.IDLE
         agent.pause_reason = ""
@@ -79,3 +113,179 @@ def agent_adapter_update(*, actor: Actor, agent: Agent, adapter_type: str, adapt
                         entity_type="agent", entity_id=agent.pk,
                         details={"changes": changes, "adapterType": adapter_type})
     return agent
+
+
+# --- the upstream-compatible API (paperclip-api.md §5.1) ------------------------------------------
+PERMISSION_KEYS = ("canCreateAgents", "canAssignTasks")
+# runtime_config keys the host reads (run_policy, dispatch): each a non-negative integer.
+RUNTIME_INT_KEYS = tuple(key for key, _default in KNOBS.values()) + ("maxConcurrentRuns",)
+PATCH_STATUSES = (AgentStatus.ACTIVE, AgentStatus.IDLE, AgentStatus.PAUSED, AgentStatus.ERROR)
+
+
+def agent_permissions(agent: Agent) -> dict:
+    """Upstream's permission flags, both always present (missing means not granted)."""
+    granted = agent.permissions if isinstance(agent.permissions, dict) else {}
+    return {key: granted.get(key) is True for key in PERMISSION_KEYS}
+
+
+def ensure_can_create_agents(actor: Actor, company_id, *, sets_permissions: bool) -> None:
+    """Board users with a write role create agents; an agent only with ``canCreateAgents``, from
+    one of its runs, and never granting permissions."""
+    actor.ensure_can_write(company_id)
+    if not actor.is_agent:
+        return
+    if not agent_permissions(actor.agent)["canCreateAgents"]:
+        raise Forbidden("Missing permission: agents:create", code="missing_permission")
+    if sets_permissions:
+        raise Forbidden("Only board users grant agent permissions.", code="board_only")
+    actor.require_live_run()
+
+
+def runtime_config_validate(runtime_config) -> None:
+    if not isinstance(runtime_config, dict):
+        raise InvalidInput(details={"runtimeConfig": ["Must be a JSON object."]})
+    bad = [key for key in RUNTIME_INT_KEYS if key in runtime_config and not (
+        isinstance(runtime_config[key], int) and not isinstance(runtime_config[key], bool) and 0 <= runtime_config[key]
+        <= 2**31 - 1)]
+    if bad:
+        raise InvalidInput(details={"runtimeConfig": [f"{key} must be a non-negative integer." for key in bad]})
+
+
+def _reporting_line_check(agent: Agent, manager: Agent | None) -> None:
+    if manager is None:
+        return
+    if manager.company_id != agent.company_id:  # callers resolve it in the company; never trust that
+        raise Unprocessable("The manager must belong to the same company.", code="manager_other_company",
+                            details={"reportsTo": ["No such agent in this company."]})
+    if manager.pk == agent.pk or any(up.pk == agent.pk for up in walk_up(manager, "reports_to")):
+        raise Unprocessable("An agent cannot report to itself or to one of its reports.", code="reporting_cycle",
+                            details={"reportsTo": ["This would make a reporting cycle."]})
+
+
+# API field -> model field, for PATCH /agents/{id} (status is handled on its own).
+AGENT_FIELDS = {"name": "name", "role": "role", "title": "title", "reportsTo": "reports_to",
+                "capabilities": "capabilities", "adapterType": "adapter_type", "adapterConfig": "adapter_config",
+                "runtimeConfig": "runtime_config", "budgetMonthlyCents": "budget_monthly_cents", "icon": "icon",
+                "metadata": "metadata"}
+
+
+def agent_update(*, actor: Actor, agent: Agent, changes: dict) -> Agent:
+    """Board only: a partial update with upstream field names (``AGENT_FIELDS`` and ``status``).
+    Setting ``paused`` pauses as ``/pause`` does (live runs stopped); ``terminated`` only through
+    ``/terminate``; ``running`` is the host's. One ``agent.updated`` row (and ``agent.budget_updated``)."""
+    ensure_board(actor)
+    actor.ensure_can_write(agent.company_id)
+    status = changes.get("status")
+    if status is not None and status not in PATCH_STATUSES:
+        hint = "use POST /api/agents/{id}/terminate" if status == AgentStatus.TERMINATED else "the host sets it"
+        raise Unprocessable(f"Status '{status}' cannot be set here: {hint}.", code="status_not_settable",
+                            details={"status": [f"Must be one of {', '.join(PATCH_STATUSES)}."]})
+    if "role" in changes and changes["role"] not in AgentRole.values:
+        raise InvalidInput(details={"role": [f"'{changes['role']}' is not one of {', '.join(AgentRole.values)}."]})
+    if "runtimeConfig" in changes:
+        runtime_config_validate(changes["runtimeConfig"])
+    # upstream's null clears them; the columns keep "" and {}
+    if "icon" in changes and changes["icon"] is None:
+        changes = {**changes, "icon": ""}
+    if "metadata" in changes and changes["metadata"] is None:
+        changes = {**changes, "metadata": {}}
+    if "adapterType" in changes or "adapterConfig" in changes:  # before the lock: it may resolve a URL
+        adapter_config_validate(changes.get("adapterType", agent.adapter_type),
+                                changes.get("adapterConfig", agent.adapter_config))
+    try:
+        with transaction.atomic():
+            agent = _locked(agent)
+            if "reportsTo" in changes:
+                _reporting_line_check(agent, changes["reportsTo"])
+            changed = []
+            budget_before = agent.budget_monthly_cents
+            for api_name, field in AGENT_FIELDS.items():
+                if api_name in changes and getattr(agent, field) != changes[api_name]:
+                    setattr(agent, field, changes[api_name])
+                    changed.append(api_name)
+            if status is not None and status != agent.status:
+                if agent.status == AgentStatus.TERMINATED:
+                    raise Conflict("A terminated agent stays terminated.", code="agent_terminated")
+                changed.append("status")
+            if changed:
+                agent.save()
+            if status == AgentStatus.PAUSED:
+                agent = agent_pause(actor=actor, agent=agent, stop_runs=True)
+            elif status is not None and status != agent.status:
+                agent.status, agent.pause_reason = status, ""
+                agent.save(update_fields=["status", "pause_reason", "updated_at"])
+            if changed:
+                activity_record(actor=actor, company_id=agent.company_id, action="agent.updated",
+                                entity_type="agent", entity_id=agent.pk, details={"changes": changed})
+            if "budgetMonthlyCents" in changed:
+                activity_record(actor=actor, company_id=agent.company_id, action="agent.budget_updated",
+                                entity_type="agent", entity_id=agent.pk,
+                                details={"from": budget_before, "to": agent.budget_monthly_cents})
+    except IntegrityError:
+        raise Conflict("An agent with that name exists in this company.", code="agent_name_taken",
+                       details={"name": [changes.get("name", "")]})
+    return agent
+
+
+def agent_permissions_update(*, actor: Actor, agent: Agent, values: dict) -> Agent:
+    """Board only: set ``canCreateAgents`` / ``canAssignTasks`` (the flags not given stay)."""
+    ensure_board(actor)
+    actor.ensure_can_write(agent.company_id)
+    with transaction.atomic():
+        agent = _locked(agent)
+        before = agent_permissions(agent)
+        after = {**before, **{key: bool(values[key]) for key in PERMISSION_KEYS if key in values}}
+        if after != before:
+            agent.permissions = after
+            agent.save(update_fields=["permissions", "updated_at"])
+            activity_record(actor=actor, company_id=agent.company_id, action="agent.permissions_updated",
+                            entity_type="agent", entity_id=agent.pk, details={"from": before, "to": after})
+    return agent
+
+
+def agent_terminate(*, actor: Actor, agent: Agent) -> Agent:
+    """Board only, final: the agent never runs again, every key is revoked (its requests are 401),
+    its live runs are cancelled. Terminating a terminated agent changes nothing."""
+    ensure_board(actor)
+    actor.ensure_can_write(agent.company_id)
+    with transaction.atomic():
+        agent = _locked(agent)
+        if agent.status != AgentStatus.TERMINATED:
+            previous = agent.status
+            agent.status, agent.pause_reason = AgentStatus.TERMINATED, ""
+            agent.save(update_fields=["status", "pause_reason", "updated_at"])
+            revoked = AgentApiKey.objects.filter(agent=agent, revoked_at__isnull=True).update(
+                revoked_at=timezone.now())
+            activity_record(actor=actor, company_id=agent.company_id, action="agent.terminated",
+                            entity_type="agent", entity_id=agent.pk, details={"from": previous, "revokedKeys": revoked})
+        _stop_live_runs(actor, agent, "agent_terminated")
+    return agent
+
+
+def agent_heartbeat_invoke(*, actor: Actor, agent: Agent) -> WakeupRequest:
+    """``POST /agents/{id}/heartbeat/invoke``: an on-demand wake through ``agent_wakeup`` (the same
+    service as ``/wakeup``); an agent invokes only itself."""
+    if actor.is_agent and actor.agent.pk != agent.pk:
+        raise Forbidden("Agent can only invoke itself", code="agent_self_only")
+    with transaction.atomic():
+        wake = agent_wakeup(actor=actor, agent=agent, source=WakeSource.ON_DEMAND)
+        activity_record(actor=actor, company_id=agent.company_id, action="heartbeat.invoked", entity_type="agent",
+                        entity_id=agent.pk, run=wake.run, details={"wakeupId": str(wake.pk), "status": wake.status})
+    return wake
+
+
+def agent_key_revoke(*, actor: Actor, agent: Agent, key_id) -> AgentApiKey:
+    """Board only: revoke one of the agent's long-lived keys (another agent's, or a run-scoped key,
+    is a 404 ``Key not found``); revoking a revoked key changes nothing."""
+    with transaction.atomic():
+        key = AgentApiKey.objects.select_for_update().filter(agent=agent, run__isnull=True, pk=key_id).first()
+        if key is None:  # before the board check: another company's key is a 404 for every caller
+            raise NotFound("Key not found")
+        ensure_board(actor)
+        actor.ensure_can_write(agent.company_id)
+        if key.revoked_at is None:
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at", "updated_at"])
+            activity_record(actor=actor, company_id=agent.company_id, action="agent_key.revoked",
+                            entity_type="agent_api_key", entity_id=key.pk, details={"prefix": key.prefix})
+    return key

@@ -1,4 +1,10 @@
-"""The claim: checkout as one conditional UPDATE, and its release."""
+"""The claim: checkout as one conditional UPDATE, and its release.
+
+A claim is made under a host run (the lock's ``checkout_run``/``execution_run``) or, for a
+long-lived agent key whose run header names none of its host runs, under the client's own run id
+(``checkout_client_run_id``; the run FKs stay null). A client id is never a live host run, so the
+same agent adopts that lock under any other id, as upstream adopts a lock whose run is not live.
+"""
 from __future__ import annotations
 
 import uuid
@@ -21,6 +27,7 @@ from issues.exceptions import (
     CheckoutConflict,
     Conflict,
     Forbidden,
+    InvalidInput,
     NotCheckoutOwner,
     StatusNotExpected,
     Unprocessable,
@@ -36,15 +43,19 @@ from .lookups import company_object
 # database re-checks the WHERE clause (subqueries included) against the winner's committed row,
 # so exactly one succeeds. It is scoped to the caller's companies and returns the claimed row,
 # so the happy path reads nothing else. Written as SQL because it is the protocol's hottest path.
+# First branch: a claim from an expected status other than in_progress (no lock can exist there).
+# Second branch: the agent's own in_progress issue that no live host run holds is adopted, under
+# any run id but the one already holding it ({own_lock}: the host run column, or the client id's),
+# whatever expectedStatuses says (upstream); the same run again is the idempotent re-read.
 _CLAIM_SQL = """
 UPDATE {issue} SET status = %s, assignee_agent_id = %s, assignee_user_id = NULL,
-    checkout_run_id = %s, execution_run_id = %s, execution_locked_at = %s,
+    checkout_run_id = %s, execution_run_id = %s, checkout_client_run_id = %s, execution_locked_at = %s,
     started_at = COALESCE(started_at, %s), completed_at = NULL, cancelled_at = NULL, updated_at = %s
 WHERE {key} = %s AND company_id IN ({companies}) AND (
-    (status IN ({expected}) AND (assignee_agent_id IS NULL OR assignee_agent_id = %s)
+    ({open_statuses} AND (assignee_agent_id IS NULL OR assignee_agent_id = %s)
      AND assignee_user_id IS NULL)
     OR (status = %s AND assignee_agent_id = %s
-        AND (checkout_run_id IS NULL OR checkout_run_id <> %s)
+        AND ({own_lock} IS NULL OR {own_lock} <> %s)
         AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.id = {issue}.checkout_run_id AND r.status IN ({live}))
         AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.id = {issue}.execution_run_id AND r.status IN ({live})))
 ) AND NOT EXISTS (
@@ -57,17 +68,22 @@ RETURNING *
 _RUN_CHECK = "\nAND EXISTS (SELECT 1 FROM {run} r0 WHERE r0.id = %s AND r0.agent_id = %s AND r0.status = %s)"
 
 
-def _claim(*, ref, company_ids, agent_id, run_id, expected, now, check_run: bool) -> Issue | None:
-    """Run the claim; the claimed issue, or None when nothing matched."""
+def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, now,
+           check_run: bool) -> Issue | None:
+    """Run the claim under ``run_id`` (a host run) or ``client_run_id`` (exactly one is given);
+    the claimed issue, or None when nothing matched."""
     qn = connection.ops.quote_name
     uid = Issue._meta.pk.get_db_prep_value
     identifier = selectors.is_identifier(ref)
     tables = {"issue": qn(Issue._meta.db_table), "run": qn(HeartbeatRun._meta.db_table),
               "relation": qn(IssueRelation._meta.db_table)}
+    open_statuses = [s for s in expected if s != IssueStatus.IN_PROGRESS]
     sql = _CLAIM_SQL.format(
         **tables, key="identifier" if identifier else "id",
         companies=", ".join(["%s"] * len(company_ids)),
-        expected=", ".join(["%s"] * len(expected)), live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
+        open_statuses=f"status IN ({', '.join(['%s'] * len(open_statuses))})" if open_statuses else "1 = 0",
+        own_lock="checkout_run_id" if run_id is not None else "checkout_client_run_id",
+        live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
         run_check=_RUN_CHECK.format(**tables) if check_run else "",
     )
     try:
@@ -76,9 +92,10 @@ def _claim(*, ref, company_ids, agent_id, run_id, expected, now, check_run: bool
         return None
     stamp = Issue._meta.get_field("updated_at").get_db_prep_value(now, connection)
     agent, run, live = uid(agent_id, connection), uid(run_id, connection), list(LIVE_RUN_STATUSES)
-    params = [IssueStatus.IN_PROGRESS, agent, run, run, stamp, stamp, stamp, key,
-              *[uid(c, connection) for c in company_ids], *expected, agent, IssueStatus.IN_PROGRESS, agent, run,
-              *live, *live, RelationKind.BLOCKS, *TERMINAL_ISSUE_STATUSES]
+    client = uid(client_run_id, connection)
+    params = [IssueStatus.IN_PROGRESS, agent, run, run, client, stamp, stamp, stamp, key,
+              *[uid(c, connection) for c in company_ids], *open_statuses, agent, IssueStatus.IN_PROGRESS, agent,
+              run if run is not None else client, *live, *live, RelationKind.BLOCKS, *TERMINAL_ISSUE_STATUSES]
     if check_run:
         params += [run, agent, RunStatus.RUNNING]
     return next(iter(Issue.objects.raw(sql, params)), None)
@@ -91,6 +108,8 @@ def _checkout_agent(actor: Actor, issue: Issue, agent_id) -> Agent:
 
 
 def _conflict_details(issue: Issue) -> dict:
+    """Upstream's lock details; ``checkoutRunId`` is what the lock holds (a host run, or a
+    client's own run id)."""
     def sid(value):
         return str(value) if value else None
 
@@ -98,12 +117,13 @@ def _conflict_details(issue: Issue) -> dict:
         "issueId": str(issue.pk),
         "status": issue.status,
         "assigneeAgentId": sid(issue.assignee_agent_id),
-        "checkoutRunId": sid(issue.checkout_run_id),
+        "checkoutRunId": sid(issue.checkout_run_id or issue.checkout_client_run_id),
         "executionRunId": sid(issue.execution_run_id),
     }
 
 
-def _checkout_run(actor: Actor, agent: Agent, run_header: str | None) -> HeartbeatRun:
+def _checkout_run(actor: Actor, agent: Agent, run_header: str | None) -> HeartbeatRun | None:
+    """The host run the claim is made under; None for an agent's client run id."""
     if actor.is_agent:
         if agent.pk != actor.agent.pk:
             raise Forbidden("Agents check out work for themselves only.", code="agent_mismatch",
@@ -117,17 +137,29 @@ def _checkout_run(actor: Actor, agent: Agent, run_header: str | None) -> Heartbe
     return run
 
 
-def issue_checkout(*, actor: Actor, agent_id, expected_statuses, issue: Issue | None = None, issue_ref=None,
-                   run_header: str | None = None):
-    """Claim an issue (by instance or by id/identifier) for ``agent_id``'s run.
-    Returns (issue, claimed: bool); claimed is False for the idempotent same-run repeat."""
-    invalid = [s for s in expected_statuses if s not in CHECKOUT_FROM_STATUSES]
-    if invalid or not expected_statuses:
-        raise Unprocessable(
-            "expectedStatuses may only contain " + ", ".join(CHECKOUT_FROM_STATUSES) + ".",
-            code="invalid_expected_statuses",
-            details={"expectedStatuses": [f"'{s}' cannot be checked out from." for s in invalid] or ["Required."]},
-        )
+def _expected_statuses(statuses) -> list:
+    """Any statuses of the enum (in_progress re-claims the agent's own issue after a crash); None:
+    the default CHECKOUT_FROM_STATUSES. Repeats are dropped (the claim's IN list stays short)."""
+    if statuses is None:
+        return list(CHECKOUT_FROM_STATUSES)
+    invalid = [s for s in statuses if s not in IssueStatus.values]
+    if invalid or not statuses:
+        raise InvalidInput(details={"expectedStatuses": [f"'{s}' is not an issue status." for s in invalid]
+                                    or ["At least one status is required."]})
+    return list(dict.fromkeys(statuses))
+
+
+def issue_checkout(*, actor: Actor, agent_id=None, expected_statuses=None, issue: Issue | None = None,
+                   issue_ref=None, run_header: str | None = None):
+    """Claim an issue (by instance or by id/identifier) for ``agent_id``'s run (an agent: itself
+    when omitted; a board user must name the agent). Returns (issue, claimed: bool); claimed is
+    False for the idempotent same-run repeat."""
+    expected_statuses = _expected_statuses(expected_statuses)
+    if agent_id is None:
+        if not actor.is_agent:
+            raise InvalidInput("agentId is required.", details={"agentId": ["Name the agent to check the issue out "
+                                                                           "for (required for board users)."]})
+        agent_id = actor.agent.pk
     ref = issue.pk if issue is not None else issue_ref
     company_ids = actor.company_ids if actor.company_ids is not None else [issue.company_id]
     fast_run = _header_run_id(actor) if actor.is_agent and str(agent_id) == str(actor.agent.pk) else None
@@ -141,24 +173,26 @@ def issue_checkout(*, actor: Actor, agent_id, expected_statuses, issue: Issue | 
     actor.ensure_can_write(current.company_id)
     agent = _checkout_agent(actor, current, agent_id)
     run = _checkout_run(actor, agent, run_header)
+    client_run_id = actor.client_run_id if run is None else None
     claimed = _claim_and_record(actor=actor, ref=current.pk, company_ids=[current.company_id], agent_id=agent.pk,
-                                run_id=run.pk, expected=expected_statuses, check_run=False)
+                                run_id=run.pk if run else None, client_run_id=client_run_id,
+                                expected=expected_statuses, check_run=False)
     if claimed is not None:
         return claimed, True
     current = Issue.objects.get(pk=current.pk)
     if (current.status == IssueStatus.IN_PROGRESS and current.assignee_agent_id == agent.pk
-            and current.checkout_run_id == run.pk):
+            and (current.checkout_run_id == run.pk if run else current.checkout_client_run_id == client_run_id)):
         return current, False  # same run again: idempotent, no side effects
     raise _refusal(current, agent, run, expected_statuses)
 
 
-def _refusal(issue: Issue, agent: Agent, run: HeartbeatRun, expected: list) -> Exception:
+def _refusal(issue: Issue, agent: Agent, run: HeartbeatRun | None, expected: list) -> Exception:
     """Why the claim matched nothing, re-read after it, so the answer names what refused it:
     a live run holding the lock (409 ``checkout_conflict``, the upstream contract), another
     assignee (409 ``assigned_elsewhere``), a status outside ``expectedStatuses`` (409
     ``status_not_expected``), or open blockers (422). All 409s carry the lock details."""
     details = _conflict_details(issue)
-    holders = [pk for pk in (issue.checkout_run_id, issue.execution_run_id) if pk and pk != run.pk]
+    holders = [pk for pk in (issue.checkout_run_id, issue.execution_run_id) if pk and (run is None or pk != run.pk)]
     if holders and HeartbeatRun.objects.filter(pk__in=holders, status__in=LIVE_RUN_STATUSES).exists():
         return CheckoutConflict(details=details)
     other_assignee = issue.assignee_user_id is not None or issue.assignee_agent_id not in (None, agent.pk)
@@ -190,23 +224,25 @@ def _header_run_id(actor: Actor):
         return None
 
 
-def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, expected, check_run) -> Issue | None:
+def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, client_run_id=None, expected,
+                      check_run) -> Issue | None:
     now = timezone.now()
     with transaction.atomic():
-        claimed = _claim(ref=ref, company_ids=company_ids, agent_id=agent_id, run_id=run_id, expected=expected,
-                         now=now, check_run=check_run)
+        claimed = _claim(ref=ref, company_ids=company_ids, agent_id=agent_id, run_id=run_id,
+                         client_run_id=client_run_id, expected=expected, now=now, check_run=check_run)
         if claimed is None:
             return None
+        claim_run = run_id or client_run_id  # the run the claim speaks for (client ids: see activity_fields)
         activity_record(actor=actor, company_id=claimed.company_id, action="issue.checked_out",
-                        entity_type="issue", entity_id=claimed.pk, run=HeartbeatRun(pk=run_id),
-                        details={"agentId": str(agent_id), "runId": str(run_id)})
-        events.announce(events.issue_checked_out, issue=claimed, actor=actor, run_id=run_id)
-        events.issue_checked_out_atomic.send(sender=None, issue=claimed, actor=actor, run_id=run_id)
+                        entity_type="issue", entity_id=claimed.pk, run=HeartbeatRun(pk=run_id) if run_id else None,
+                        details={"agentId": str(agent_id), "runId": str(claim_run)})
+        events.announce(events.issue_checked_out, issue=claimed, actor=actor, run_id=claim_run)
+        events.issue_checked_out_atomic.send(sender=None, issue=claimed, actor=actor, run_id=claim_run)
     return claimed
 
 
 def issue_release(*, actor: Actor, issue: Issue) -> Issue:
-    """Give an in-progress issue back: status todo, all lock fields cleared."""
+    """Give an in-progress issue back: status todo, no agent assignee, all lock fields cleared."""
     actor.ensure_can_write(issue.company_id)
     run = actor.require_live_run() if actor.is_agent else None
     with transaction.atomic():
@@ -215,16 +251,20 @@ def issue_release(*, actor: Actor, issue: Issue) -> Issue:
         if issue.status != IssueStatus.IN_PROGRESS:
             raise Conflict("Only an issue in progress can be released.", code="not_checked_out",
                            details=_conflict_details(issue))
-        if actor.is_agent and run.pk != issue.checkout_run_id:
-            holder_live = HeartbeatRun.objects.filter(
+        if actor.is_agent and (run is None or run.pk != issue.checkout_run_id):
+            # Another run of the assignee releases only a lock no live run holds (a client id never is).
+            holder_live = issue.checkout_run_id is not None and HeartbeatRun.objects.filter(
                 pk=issue.checkout_run_id, status__in=LIVE_RUN_STATUSES
             ).exists()
             if holder_live:
                 raise NotCheckoutOwner(details=_conflict_details(issue))
         previous = _conflict_details(issue)
         issue.status = IssueStatus.TODO
-        issue.checkout_run = issue.execution_run = issue.execution_locked_at = None
-        issue.save(update_fields=["status", "checkout_run", "execution_run", "execution_locked_at", "updated_at"])
+        # Upstream (reference §7): a released issue has no agent assignee, so anyone may claim it next.
+        issue.assignee_agent = None
+        issue.checkout_run = issue.execution_run = issue.execution_locked_at = issue.checkout_client_run_id = None
+        issue.save(update_fields=["status", "assignee_agent", "checkout_run", "execution_run", "execution_locked_at",
+                                  "checkout_client_run_id", "updated_at"])
         activity_record(actor=actor, company_id=issue.company_id, action="issue.released", entity_type="issue",
                         entity_id=issue.pk, details={"previous": previous})
         changes = {"status": [IssueStatus.IN_PROGRESS, IssueStatus.TODO]}

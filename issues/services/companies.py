@@ -1,13 +1,13 @@
 from django.db import IntegrityError, transaction
 
 from issues.actors import SYSTEM, Actor
-from issues.choices import AgentRole, MemberRole
+from issues.choices import AgentRole, AgentStatus, MemberRole
 from issues.exceptions import Conflict, InvalidInput
 from issues.models import Agent, AgentApiKey, Company, Membership
 from issues.models.agent import hash_key
 
 from .activity import activity_record
-from .agents import adapter_config_validate
+from .agents import adapter_config_validate, ensure_board, ensure_can_create_agents, runtime_config_validate
 
 
 def company_create(*, name: str, issue_prefix: str, enable_cases: bool = False, actor: Actor = SYSTEM) -> Company:
@@ -31,16 +31,26 @@ def membership_set(*, company: Company, user, role: str = MemberRole.OWNER, acto
 
 def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, title: str = "",
                  reports_to: Agent | None = None, adapter_type: str = "none", adapter_config=None,
-                 runtime_config=None, budget_monthly_cents: int = 0, actor: Actor = SYSTEM) -> Agent:
+                 runtime_config=None, budget_monthly_cents: int = 0, capabilities: str = "",
+                 permissions: dict | None = None, icon: str = "", metadata: dict | None = None,
+                 actor: Actor = SYSTEM) -> Agent:
+    """``permissions`` (upstream's flags) only from the board; an agent creates agents only with
+    ``canCreateAgents`` (services.agents.ensure_can_create_agents)."""
+    ensure_can_create_agents(actor, company.id, sets_permissions=permissions is not None)
     if role not in AgentRole.values:
         raise InvalidInput(details={"role": [f"'{role}' is not one of {', '.join(AgentRole.values)}."]})
+    if reports_to is not None and reports_to.company_id != company.id:
+        raise InvalidInput(details={"reportsTo": ["No such agent in this company."]})
     adapter_config_validate(adapter_type, adapter_config or {})
+    runtime_config_validate(runtime_config or {})
     try:
         with transaction.atomic():
             agent = Agent.objects.create(
                 company=company, name=name, role=role, title=title, reports_to=reports_to,
                 adapter_type=adapter_type, adapter_config=adapter_config or {},
                 runtime_config=runtime_config or {}, budget_monthly_cents=budget_monthly_cents,
+                capabilities=capabilities, permissions=dict(permissions or {}), icon=icon or "",
+                metadata=dict(metadata or {}),
             )
             activity_record(actor=actor, company_id=company.id, action="agent.created", entity_type="agent",
                             entity_id=agent.id, details={"name": name, "role": role})
@@ -51,7 +61,12 @@ def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, 
 
 
 def agent_api_key_create(*, agent: Agent, name: str = "default", actor: Actor = SYSTEM) -> tuple[AgentApiKey, str]:
-    """Returns the key row and the raw key; the raw key is shown once and never stored."""
+    """Returns the key row and the raw key; the raw key is shown once and never stored. Board users
+    (with a write role) and the host mint keys; agents never do."""
+    ensure_board(actor)
+    actor.ensure_can_write(agent.company_id)
+    if agent.status == AgentStatus.TERMINATED:
+        raise Conflict("A terminated agent gets no new keys.", code="agent_terminated")
     raw = AgentApiKey.generate()
     with transaction.atomic():
         key = AgentApiKey.objects.create(agent=agent, name=name, prefix=raw[:12], key_hash=hash_key(raw))

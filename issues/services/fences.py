@@ -6,6 +6,10 @@ Two rules, checked in this order on a row the caller has locked (``select_for_up
    run that holds its checkout (or execution lock). Any other run — of another agent, or an
    earlier/later run of the same agent — gets 409 ``not_checkout_owner`` with the lock details
    (:func:`lock_details`). This is also the rule for case writes on a case's primary task.
+   A client's own run id (a long-lived key's header naming no host run) is never a live host
+   run, so, as upstream adopts a lock whose run is not live, the assignee writing under a client
+   id passes while no live host run holds the issue (its own client-id lock, or a crashed run's),
+   and under one of its host runs passes a client-id lock (:func:`_adoptable`).
 2. **Ownership** (:func:`ensure_issue_owner`): an agent changes an issue (fields, status,
    assignee, documents, interactions, work products, blockers) only when the issue is assigned
    to it, was created by it, or is assigned to an agent below it in the chain of command
@@ -18,7 +22,7 @@ assigned to their reports.
 from __future__ import annotations
 
 from issues.actors import Actor
-from issues.choices import IssueStatus
+from issues.choices import LIVE_RUN_STATUSES, IssueStatus
 from issues.exceptions import NotCheckoutOwner, NotYourIssue
 from issues.models import Agent, HeartbeatRun, Issue
 from issues.selectors import chain_of_command
@@ -28,34 +32,59 @@ def _sid(value):
 
 
 def lock_details(actor: Actor, issue: Issue) -> dict:
-    """What a refused writer needs to know about the lock: who holds the issue, with which run."""
+    """What a refused writer needs to know about the lock: who holds the issue, with which run.
+    ``checkoutRunId`` is what the lock holds, a host run or a client's own run id (as upstream)."""
     holder_run_id = issue.checkout_run_id or issue.execution_run_id
-    holder_agent_id = (HeartbeatRun.objects.filter(pk=holder_run_id).values_list("agent_id", flat=True).first()
-                       if holder_run_id else None)
-    run = actor.run if actor.is_agent else None
+    if holder_run_id:
+        holder_agent_id = HeartbeatRun.objects.filter(pk=holder_run_id).values_list("agent_id", flat=True).first()
+    else:  # a client-id lock is its assignee's
+        holder_agent_id = issue.assignee_agent_id if issue.checkout_client_run_id else None
     return {
         "issueId": str(issue.pk),
         "status": issue.status,
         "assigneeAgentId": _sid(issue.assignee_agent_id),
-        "checkoutRunId": _sid(issue.checkout_run_id),
+        "checkoutRunId": _sid(issue.checkout_run_id or issue.checkout_client_run_id),
         "executionRunId": _sid(issue.execution_run_id),
         "holderAgentId": _sid(holder_agent_id),
         "actorAgentId": _sid(actor.agent.pk) if actor.is_agent else None,
-        "actorRunId": _sid(run.pk) if run is not None else None,
+        "actorRunId": _sid(actor.run_ref) if actor.is_agent else None,
     }
+
+
+def held_by_live_run(issue: Issue) -> bool:
+    """True while a live host run holds the issue's checkout or execution lock."""
+    held = [pk for pk in (issue.checkout_run_id, issue.execution_run_id) if pk]
+    return bool(held) and HeartbeatRun.objects.filter(pk__in=held, status__in=LIVE_RUN_STATUSES).exists()
+
+
+def _adoptable(actor: Actor, run: HeartbeatRun | None, issue: Issue) -> bool:
+    """The agent's own in-progress issue whose lock no live host run holds, written under a run id
+    that is not the holder's: a client run id adopts it (any lock but a live one); a host run
+    adopts a client-id lock (the client's id is never live). Host-run locks between host runs
+    keep the strict rule above."""
+    if issue.assignee_agent_id != actor.agent.pk:
+        return False
+    if run is None:
+        return not held_by_live_run(issue)
+    return issue.checkout_client_run_id is not None and not (issue.checkout_run_id or issue.execution_run_id)
 
 
 def ensure_owning_run(actor: Actor, issue: Issue):
     """Agent writes to an in-progress issue need the run that checked it out; board users bypass."""
     if not actor.is_agent:
         return
-    run = actor.require_live_run()
-    if issue.status == IssueStatus.IN_PROGRESS and run.pk not in (issue.checkout_run_id, issue.execution_run_id):
-        details = lock_details(actor, issue)
-        holder = details["holderAgentId"] or details["assigneeAgentId"]
-        message = ("This issue is in progress under another agent's run." if holder and holder != str(actor.agent.pk)
-                   else None)
-        raise NotCheckoutOwner(message, details=details)
+    run = actor.require_live_run()  # None: the client's own run id
+    if issue.status != IssueStatus.IN_PROGRESS:
+        return
+    if run is not None and run.pk in (issue.checkout_run_id, issue.execution_run_id):
+        return
+    if _adoptable(actor, run, issue):
+        return
+    details = lock_details(actor, issue)
+    holder = details["holderAgentId"] or details["assigneeAgentId"]
+    message = ("This issue is in progress under another agent's run." if holder and holder != str(actor.agent.pk)
+               else None)
+    raise NotCheckoutOwner(message, details=details)
 
 
 def manages(agent: Agent, other_agent_id) -> bool:
@@ -96,7 +125,8 @@ def ensure_may_release(actor: Actor, issue: Issue):
     actor.require_live_run()
     if issue.assignee_agent_id == actor.agent.pk:
         return  # the release itself checks, under the row lock, that this run may clear the claim
-    if issue.status == IssueStatus.IN_PROGRESS and (issue.checkout_run_id or issue.execution_run_id):
+    if issue.status == IssueStatus.IN_PROGRESS and (issue.checkout_run_id or issue.execution_run_id
+                                                    or issue.checkout_client_run_id):
         raise NotCheckoutOwner("This issue is in progress under another agent's run.",
                                details=lock_details(actor, issue))
     raise NotYourIssue("Agents release only issues assigned to them.", details={

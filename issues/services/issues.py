@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from issues import events
@@ -18,18 +19,19 @@ from issues.choices import (
     RelationKind,
     WakeSource,
 )
-from issues.exceptions import InvalidInput, Unprocessable
+from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
 from issues.models import Company, Goal, Issue, IssueRelation, Project
 from issues.selectors import walk_up
 from issues.workspaces.service import new_issue_workspace_fields
 
 from .activity import activity_record
 from .fences import ensure_may_change, ensure_owning_run
+from .labels import labels_resolve
 from .lookups import assignable_agent, company_object
 from .wake_triggers import ISSUE_ASSIGNED, issue_became_terminal
 from .wakeups import wake_assignee
 
-LOCK_FIELDS = {"checkout_run": None, "execution_run": None, "execution_locked_at": None}
+LOCK_FIELDS = {"checkout_run": None, "execution_run": None, "execution_locked_at": None, "checkout_client_run_id": None}
 
 
 @dataclass
@@ -100,6 +102,8 @@ def issue_create(
     execution_workspace_id=None,
     workspace_strategy: str | None = None,
     inherit_workspace_from_id=None,
+    label_ids=None,
+    blocked_by_ids=None,
 ) -> tuple[Issue, ParentAdjustment | None]:
     actor.ensure_can_write(company.pk)
     if status == IssueStatus.IN_PROGRESS:
@@ -114,6 +118,8 @@ def issue_create(
         assignee = assignable_agent(company.pk, assignee_agent_id)
         inherit_from = company_object(Issue, company.pk, inherit_workspace_from_id,
                                       "inheritExecutionWorkspaceFromIssueId")
+        labels = labels_resolve(company.pk, label_ids) if label_ids else []
+        blockers = blockers_resolve(company.pk, None, blocked_by_ids) if blocked_by_ids else []
         if goal is None and parent is not None:
             goal = parent.goal
         # Every task gets its own workspace: parent/source give project and strategy only (seed 000).
@@ -127,7 +133,7 @@ def issue_create(
 
         origin_issue = None
         if actor.is_agent:
-            origin_issue = (run.issue if run.issue_id else None) or requested
+            origin_issue = (run.issue if run is not None and run.issue_id else None) or requested
         issue = Issue.objects.create(
             company=company,
             number=number,
@@ -151,6 +157,11 @@ def issue_create(
             cancelled_at=timezone.now() if status == IssueStatus.CANCELLED else None,
         )
         details = {"identifier": issue.identifier, "title": title, "status": status}
+        if labels:
+            issue.labels.set(labels)
+            details["labelIds"] = sorted(str(label.pk) for label in labels)
+        if blockers:
+            details["blockedByIssueIds"] = _blockers_replace(issue, blockers)
         if adjustment:
             details["parentAdjusted"] = adjustment.as_dict()
         activity_record(actor=actor, company_id=company.pk, action="issue.created", entity_type="issue",
@@ -204,23 +215,91 @@ def relation_add(*, actor: Actor, blocker: Issue, blocked: Issue) -> IssueRelati
     return relation
 
 
+BLOCKERS_FIELD = "blockedByIssueIds"
+
+
+def blockers_resolve(company_id, blocked_id, blocker_ids) -> list[Issue]:
+    """The issues that are to block ``blocked_id`` (None: an issue not created yet).
+
+    Upstream's rules, each a 422 naming blockedByIssueIds: issues of the same company (an unknown
+    id reads the same, so nothing leaks), never the issue itself, and no cycle (the blocked issue
+    must not already block a would-be blocker, directly or through others)."""
+    wanted = list(dict.fromkeys(str(pk) for pk in blocker_ids))
+    if blocked_id is not None and str(blocked_id) in wanted:
+        raise Unprocessable("An issue cannot block itself.", code="invalid_blockers",
+                            details={BLOCKERS_FIELD: ["An issue cannot block itself."]})
+    blockers = list(Issue.objects.filter(company_id=company_id, pk__in=wanted))
+    if len(blockers) != len(wanted):
+        raise Unprocessable("Blocked-by issues must belong to the same company.", code="invalid_blockers",
+                            details={BLOCKERS_FIELD: ["Every blocker must be an issue of this company."]})
+    if blocked_id is not None:
+        # Walk up the blocker graph from the new blockers: one query per level, each level once.
+        seen, frontier = set(), {b.pk for b in blockers}
+        while frontier:
+            if blocked_id in frontier:
+                raise Unprocessable("Blocking relationships cannot form a cycle.", code="invalid_blockers",
+                                    details={BLOCKERS_FIELD: ["The issue already blocks one of these."]})
+            seen |= frontier
+            frontier = set(IssueRelation.objects.filter(
+                related_issue_id__in=frontier, kind=RelationKind.BLOCKS).values_list("issue_id", flat=True)) - seen
+    return blockers
+
+
+def _blockers_replace(issue: Issue, blockers: list[Issue]) -> list[str]:
+    """Make ``blockers`` the issue's whole blocker set (the rows relation_add writes); their ids."""
+    keep = [b.pk for b in blockers]
+    IssueRelation.objects.filter(related_issue=issue, kind=RelationKind.BLOCKS).exclude(issue_id__in=keep).delete()
+    IssueRelation.objects.bulk_create(
+        [IssueRelation(company_id=issue.company_id, issue=b, related_issue=issue, kind=RelationKind.BLOCKS)
+         for b in blockers], ignore_conflicts=True)
+    return sorted(str(pk) for pk in keep)
+
+
 def _is_descendant(candidate: Issue, ancestor_id) -> bool:
     return candidate.pk == ancestor_id or any(node.pk == ancestor_id for node in walk_up(candidate))
 
 
-UPDATABLE = {"title", "description", "status", "priority", "assignee_agent_id", "parent_id", "project_id", "goal_id"}
+UPDATABLE = {"title", "description", "status", "priority", "assignee_agent_id", "parent_id", "project_id", "goal_id",
+             "label_ids", "blocked_by_ids"}
+CLOSED_STATUSES = (IssueStatus.DONE, IssueStatus.CANCELLED)  # what ``reopen`` moves back to todo
+INTERRUPT_BOARD_ONLY = "Only board users can interrupt active runs from issue comments"  # upstream's words
+ISSUE_REOPENED_VIA_COMMENT = "issue_reopened_via_comment"  # upstream's wake reason
 
 
-def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | None = None):
-    """Apply a PATCH. Returns (issue, parent_adjustment, comment)."""
+def _check_comment_flags(actor: Actor, comment, reopen: bool, interrupt: bool):
+    """Upstream's order: a flag without a comment is a 400, then interrupt by a non-board actor a 403."""
+    flags = [name for name, given in (("interrupt", interrupt), ("reopen", reopen)) if given]
+    if flags and not comment:
+        message = ("Interrupt is only supported when posting a comment" if interrupt
+                   else "Reopen is only supported when posting a comment")
+        raise InvalidInput(message, details={name: ["Only together with a comment."] for name in flags})
+    if interrupt and not actor.is_board:
+        raise Forbidden(INTERRUPT_BOARD_ONLY, code="board_only")
+
+
+def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | None = None, reopen: bool = False,
+                 interrupt: bool = False):
+    """Apply a PATCH. Returns (issue, parent_adjustment, comment).
+
+    With a comment (upstream): ``reopen`` moves a done or cancelled issue back to todo (unless the
+    PATCH sets a status) and the assignee wakes ``issue_reopened_via_comment``; ``interrupt`` (board
+    only) first stops the issue's live runs, and the comment then starts the next run."""
+    from .runs import issue_run_stop
     from .thread import comment_create
 
     unknown = set(changes) - UPDATABLE
     if unknown:
         raise InvalidInput(details={name: ["Unknown field."] for name in unknown})
+    _check_comment_flags(actor, comment, reopen, interrupt)
     actor.ensure_can_write(issue.company_id)
     with transaction.atomic():
+        # Runs are locked before the issue row, in the order run_finish takes them.
+        interrupted = issue_run_stop(actor=actor, issue=issue) if interrupt else []
         issue = Issue.objects.select_for_update(of=("self",)).select_related("parent").get(pk=issue.pk)
+        reopened_from = None
+        if reopen and "status" not in changes and issue.status in CLOSED_STATUSES:
+            reopened_from = issue.status
+            changes = {**changes, "status": IssueStatus.TODO}
         # The checkout run first (409), then ownership (403) for field changes; a comment-only
         # PATCH is a comment, which any agent of the company may post.
         if changes:
@@ -250,6 +329,25 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             set_field("goal_id", goal.pk if goal else None)
         if "parent_id" in changes:
             adjustment = _apply_parent_change(actor, issue, changes["parent_id"], set_field)
+        new_labels = None
+        if "label_ids" in changes:
+            new_labels = labels_resolve(issue.company_id, changes["label_ids"] or [])
+            old_ids = sorted(str(pk) for pk in issue.labels.values_list("pk", flat=True))
+            new_ids = sorted(str(label.pk) for label in new_labels)
+            if old_ids != new_ids:
+                diff["labelIds"] = [old_ids, new_ids]
+            else:
+                new_labels = None
+        new_blockers = None
+        if "blocked_by_ids" in changes:  # replaces the whole set; [] clears it
+            new_blockers = blockers_resolve(issue.company_id, issue.pk, changes["blocked_by_ids"] or [])
+            old_ids = sorted(str(pk) for pk in IssueRelation.objects.filter(
+                related_issue=issue, kind=RelationKind.BLOCKS).values_list("issue_id", flat=True))
+            new_ids = sorted(str(b.pk) for b in new_blockers)
+            if old_ids != new_ids:
+                diff[BLOCKERS_FIELD] = [old_ids, new_ids]
+            else:
+                new_blockers = None
         reassigned = False
         if "assignee_agent_id" in changes:
             new_id = changes["assignee_agent_id"]
@@ -286,9 +384,15 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             except IntegrityError as exc:
                 raise Unprocessable("The change violates an issue invariant.", code="invariant_violation",
                                     details={"non_field_errors": [str(exc).splitlines()[0]]})
+            if new_labels is not None:
+                issue.labels.set(new_labels)
+            if new_blockers is not None:
+                _blockers_replace(issue, new_blockers)
             details = {"changes": diff}
             if adjustment:
                 details["parentAdjusted"] = adjustment.as_dict()
+            if reopened_from:
+                details.update(source="comment", reopened=True, reopenedFrom=reopened_from)
             activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
                             entity_id=issue.pk, details=details)
             events.issue_updated_atomic.send(sender=None, issue=issue, actor=actor, changes=diff)
@@ -301,7 +405,14 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",
                             entity_id=issue.pk, details={"changes": {}, "parentAdjusted": adjustment.as_dict()})
         if comment:
-            created_comment = comment_create(actor=actor, issue=issue, body=comment, _locked=True)
+            audit = {}
+            if reopened_from:
+                audit.update(reopened=True, reopenedFrom=reopened_from)
+            if interrupted:
+                audit["interruptedRunIds"] = [str(run.pk) for run in interrupted]
+            created_comment = comment_create(
+                actor=actor, issue=issue, body=comment, _locked=True, _audit=audit,
+                _wake_reason=ISSUE_REOPENED_VIA_COMMENT if reopened_from else None, _after_interrupt=interrupt)
     return issue, adjustment, created_comment
 
 
@@ -327,3 +438,48 @@ def _shown(value):
     if value is None or isinstance(value, (str, int, bool)):
         return value
     return str(value)
+
+
+def issue_delete(*, actor: Actor, issue: Issue) -> Issue:
+    """Delete an issue (board only), as upstream: its comments, documents, interactions, work
+    products and blocker relations go with it. Its children are kept and move to the top level
+    (``parentId`` null); other issues it blocked keep their status. Refused (409) while a live
+    run holds or works it: stop the run first. Returns the deleted issue (its last state)."""
+    from django.db.models import ProtectedError, RestrictedError, prefetch_related_objects
+
+    from issues.choices import LIVE_RUN_STATUSES
+    from issues.models import HeartbeatRun, Interaction
+
+    if not actor.is_board:
+        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_can_write(issue.company_id)
+    with transaction.atomic():
+        issue = Issue.objects.select_for_update().get(pk=issue.pk)
+        live = list(HeartbeatRun.objects.filter(
+            Q(issue=issue) | Q(pk__in=[pk for pk in (issue.checkout_run_id, issue.execution_run_id) if pk]),
+            status__in=LIVE_RUN_STATUSES).order_by("created_at").values_list("pk", flat=True))
+        if live:
+            raise Conflict("The issue has a live run; stop it before deleting the issue.", code="issue_run_active",
+                           details={"issueId": str(issue.pk), "liveRunIds": [str(pk) for pk in live],
+                                    "checkoutRunId": _shown(issue.checkout_run_id),
+                                    "executionRunId": _shown(issue.execution_run_id)})
+        prefetch_related_objects([issue], "labels")  # the response shows the labels it had
+        # (No wake can still be waiting: a deferred wake waits for a live run on this issue.)
+        children = Issue.objects.filter(parent=issue).count()
+        activity_record(actor=actor, company_id=issue.company_id, action="issue.deleted", entity_type="issue",
+                        entity_id=issue.pk, details={"identifier": issue.identifier, "title": issue.title,
+                                                     "status": issue.status, "childrenDetached": children})
+        pk = issue.pk
+        try:
+            with transaction.atomic():
+                # Its interactions first: they protect the document revisions they point at.
+                Interaction.objects.filter(issue=issue).delete()
+                issue.delete()
+        except (ProtectedError, RestrictedError) as exc:
+            # e.g. a connector's link to a tracker item: unlink it first (nothing was deleted).
+            kinds = sorted({obj._meta.verbose_name for obj in (exc.protected_objects if isinstance(
+                exc, ProtectedError) else exc.restricted_objects)})
+            raise Conflict("The issue is still linked elsewhere; remove the link before deleting it.",
+                           code="issue_delete_restricted", details={"issueId": str(pk), "linkedBy": kinds})
+        issue.pk = pk
+    return issue

@@ -30,7 +30,7 @@ from issues.choices import (
     WakeStatus,
 )
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotCheckoutOwner
-from issues.models import ActivityLog, Agent, Company, HeartbeatRun, Issue, Project, RunEvent, WakeupRequest
+from issues.models import ActivityLog, Agent, HeartbeatRun, Issue, Project, RunEvent, WakeupRequest
 
 from .activity import activity_record
 from .fences import lock_details
@@ -80,8 +80,8 @@ def run_append_event(*, run_id, kind: str, message: str = "", data=None, livenes
         return RunEvent.objects.create(run_id=run_id, seq=seq, kind=kind, message=message, data=data or {})
 
 
-# run id -> when this process last wrote its activity: a throttled request skips the statement
-# entirely (each process still writes at most once per run per throttle window).
+# run id -> when this process last tried to write its activity: a throttled request skips the
+# statement entirely (each process still writes at most once per run per throttle window).
 _TOUCHED: dict = {}
 _TOUCHED_MAX = 10_000
 
@@ -98,10 +98,11 @@ def run_touch_activity(*, run_id, agent_id, now=None) -> bool:
     written = bool(HeartbeatRun.objects.filter(pk=run_id, agent_id=agent_id, status__in=LIVE_RUN_STATUSES).filter(
         Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=now - throttle)
     ).update(last_heartbeat_at=now, last_activity_at=now))
-    if written:
-        if len(_TOUCHED) >= _TOUCHED_MAX:
-            _TOUCHED.clear()
-        _TOUCHED[run_id] = now
+    # Remembered whether or not a row changed: an id that is no live host run of this agent (a
+    # long-lived key's client run id, an ended run) is not asked about again within the window.
+    if len(_TOUCHED) >= _TOUCHED_MAX:
+        _TOUCHED.clear()
+    _TOUCHED[run_id] = now
     return written
 
 
@@ -112,6 +113,7 @@ def run_mark_running(*, run: HeartbeatRun, owner: str = "", pid: int | None = No
         status=RunStatus.RUNNING, started_at=Coalesce("started_at", now), last_heartbeat_at=now, owner=owner,
         pid=pid, updated_at=now,
     )
+    Agent.objects.filter(pk=run.agent_id).update(last_heartbeat_at=now)  # the agent's lastHeartbeatAt
     run.refresh_from_db()
     return run
 
@@ -136,6 +138,7 @@ def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = Non
             run.liveness, run.liveness_reason = liveness, reason[:300]
         run.save()
         stopped = _record_usage(run, usage) if usage else False
+    Agent.objects.filter(pk=run.agent_id).update(last_heartbeat_at=now)  # outside the run lock
     if stopped:
         _finish_stopped([run])
         run.refresh_from_db()
@@ -156,31 +159,25 @@ def _saturating_add(column: str, delta: int):
 
 def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
     """Usage is reported as the run's running totals, so a repeated report adds nothing twice.
-    True when the run was stopped and must be ended by the caller."""
+    The delta is one row of the cost ledger (services.costs, the same ledger as reported cost
+    events) and is added once to the spend. True when the run was stopped and must be ended by the caller."""
     totals = {name: min(max(int(usage.get(key) or 0), getattr(run, name)), USAGE_MAX)
               for key, name in (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
                                 ("costCents", "cost_cents"))}
-    delta_cost = totals["cost_cents"] - run.cost_cents
+    delta = {name: totals[name] - getattr(run, name) for name in totals}
     HeartbeatRun.objects.filter(pk=run.pk).update(**totals)
     for name, value in totals.items():
         setattr(run, name, value)
-    if delta_cost <= 0:
+    if not any(delta.values()):
         return False
-    from .scheduling import budgets_roll_month
+    from .costs import RUN_PROVIDER, ledger_record
 
-    budgets_roll_month(agent_id=run.agent_id)  # spend belongs to the current month
-    Agent.objects.filter(pk=run.agent_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents", delta_cost))
-    Company.objects.filter(pk=run.company_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents",
-                                                                                         delta_cost))
-    agent = Agent.objects.get(pk=run.agent_id)
-    if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
-        # Hard stop: this run is stopped now, not only the next one refused.
-        Agent.objects.filter(pk=agent.pk).update(pause_reason="budget_exceeded")
-        activity_record(actor=SYSTEM, company_id=run.company_id, action="agent.budget_exceeded",
-                        entity_type="agent", entity_id=agent.pk, run=run,
-                        details={"spentCents": agent.spent_monthly_cents, "budgetCents": agent.budget_monthly_cents})
-        return _request_stop(run, "budget_exceeded")
-    return False
+    _, budget_reached = ledger_record(
+        company_id=run.company_id, agent_id=run.agent_id, cost_cents=delta["cost_cents"], provider=RUN_PROVIDER,
+        biller=run.adapter_type or RUN_PROVIDER, input_tokens=delta["input_tokens"],
+        output_tokens=delta["output_tokens"], run=run, issue_id=run.issue_id)
+    # Hard stop: this run is stopped now, not only the next one refused.
+    return _request_stop(run, "budget_exceeded") if budget_reached else False
 
 
 # --- stopping ---------------------------------------------------------------------------------
@@ -222,6 +219,26 @@ def issue_run_stop(*, actor: Actor, issue: Issue) -> list[HeartbeatRun]:
                             entity_type="run", entity_id=run.pk, run=run, details={"issueId": str(issue.pk)})
     _finish_stopped(to_end)
     return [HeartbeatRun.objects.get(pk=run.pk) for run in runs]
+
+
+def run_cancel(*, actor: Actor, run: HeartbeatRun, reason: str = "board_cancel") -> HeartbeatRun:
+    """The board stops one run (upstream ``POST /heartbeat-runs/{id}/cancel``; also used when an
+    agent is paused or terminated). A queued run, or one without a process here, ends cancelled
+    now; a running process is killed by its adapter, which polls the stop request, and the run
+    then ends cancelled. An ended run is returned as it is."""
+    if actor.is_agent:
+        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_can_write(run.company_id)
+    with transaction.atomic():
+        run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
+        if run.status not in LIVE_RUN_STATUSES:
+            return run
+        end_now = _request_stop(run, reason)
+        activity_record(actor=actor, company_id=run.company_id, action="heartbeat.cancelled", entity_type="run",
+                        entity_id=run.pk, run=run, details={"reason": reason, "agentId": str(run.agent_id)})
+    if end_now:
+        _finish_stopped([run])
+    return HeartbeatRun.objects.get(pk=run.pk)
 
 
 def kill_process_group(pid: int):
@@ -276,6 +293,7 @@ def run_finish(*, run: HeartbeatRun, status: str, error: str = "", exit_code: in
                                  "releasedIssueIds": [str(pk) for pk in released]})
         events.announce(events.run_finished, run=run)
         events.run_finished_atomic.send(sender=None, run=run)
+    Agent.objects.filter(pk=run.agent_id).update(last_heartbeat_at=now)  # outside the run lock
     from .wakeups import wakeups_promote_deferred
 
     wakeups_promote_deferred(run=run)

@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from issues import events
-from issues.actors import Actor
+from issues.actors import SYSTEM, Actor
 from issues.choices import AuthorType, DocumentFormat, InteractionKind, InteractionStatus, WakeSource
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, StaleRevision
 from issues.models import Comment, Document, DocumentRevision, Interaction, Issue
@@ -43,9 +43,19 @@ def _lock_for_write(actor: Actor, issue: Issue, *, owner_only: bool = True) -> I
 
 
 def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | None = None,
-                   author_type: str | None = None, _locked: bool = False) -> Comment:
+                   author_type: str | None = None, reopen: bool = False, interrupt: bool = False,
+                   _locked: bool = False, _audit: dict | None = None, _wake_reason: str | None = None,
+                   _after_interrupt: bool = False) -> Comment:
+    """A comment; wakes the assignee (and mentioned agents). ``reopen`` / ``interrupt`` (upstream's
+    comment flags) go through issue_update, which owns them for PATCH too: the reopen is an audited
+    status change, the interrupt (board only) stops the issue's live runs first."""
     if not body or not body.strip():
         raise InvalidInput(details={"body": ["This field may not be blank."]})
+    if (reopen or interrupt) and not _locked:
+        from .issues import issue_update
+
+        return issue_update(actor=actor, issue=issue, changes={}, comment=body, reopen=reopen,
+                            interrupt=interrupt)[2]
     with transaction.atomic():
         if not _locked:
             issue = _lock_for_write(actor, issue, owner_only=False)
@@ -55,15 +65,37 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
         comment = Comment.objects.create(company_id=issue.company_id, issue=issue, body=body,
                                          provenance=provenance or {}, **fields)
         activity_record(actor=actor, company_id=issue.company_id, action="comment.created", entity_type="issue",
-                        entity_id=issue.pk, details={"commentId": str(comment.pk)})
+                        entity_id=issue.pk, details={"commentId": str(comment.pk), **(_audit or {})})
         events.announce(events.comment_created, comment=comment, actor=actor)
         events.comment_created_atomic.send(sender=None, comment=comment, actor=actor)
         if comment.author_type != AuthorType.SYSTEM:
             # A mentioned assignee gets the mention wake only, not a second "commented" one.
             if issue.assignee_agent_id not in mentions_wake(comment, issue):
-                wake_assignee(issue=issue, source=WakeSource.AUTOMATION, reason=ISSUE_COMMENTED,
-                              comment_ids=[comment.pk], author_agent_id=comment.author_agent_id)
+                _wake_assignee_for(comment, issue, _wake_reason or ISSUE_COMMENTED, _after_interrupt)
     return comment
+
+
+def _wake_assignee_for(comment: Comment, issue: Issue, reason: str, after_interrupt: bool):
+    """After an interrupt, a run whose process is still being killed stays live for a moment: the
+    comment must start the next run, not join the dying one (a new run that follows it)."""
+    from issues.choices import LIVE_RUN_STATUSES
+    from issues.models import Agent, HeartbeatRun
+
+    from .wakeups import ACTIONABLE, agent_wakeup
+
+    stopping = None
+    if after_interrupt and issue.assignee_agent_id and issue.status in ACTIONABLE \
+            and comment.author_agent_id != issue.assignee_agent_id:
+        stopping = (HeartbeatRun.objects.filter(agent_id=issue.assignee_agent_id, issue=issue,
+                                                status__in=LIVE_RUN_STATUSES, stop_requested_at__isnull=False)
+                    .order_by("created_at").first())
+    if stopping is None:
+        wake_assignee(issue=issue, source=WakeSource.AUTOMATION, reason=reason, comment_ids=[comment.pk],
+                      author_agent_id=comment.author_agent_id)
+        return
+    agent_wakeup(actor=SYSTEM, agent=Agent(pk=issue.assignee_agent_id, company_id=issue.company_id),
+                 source=WakeSource.AUTOMATION, reason=reason, issue=issue, comment_ids=[comment.pk],
+                 issue_is_current=True, run_fields={"source_run": stopping})
 
 
 def _revision_details(document: Document) -> dict:

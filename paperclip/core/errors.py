@@ -1,4 +1,6 @@
-"""One JSON error shape for the whole API: ``{"error": {"code", "message", "details"}}``.
+"""One JSON error shape for the whole API, readable by upstream Paperclip clients:
+``{"error": "<human message>", "code": "<machine code>", "details": {...}}`` (upstream's top-level
+``error`` string, with its late top-level ``code`` and ``details`` beside it).
 
 Services raise :class:`ApiError` subclasses (domain errors that know their status code);
 everything DRF or Django raises is mapped onto the same shape here.
@@ -63,7 +65,7 @@ class InvalidInput(ApiError):
 
 
 def error_body(code, message, details=None):
-    return {"error": {"code": code, "message": str(message), "details": details or {}}}
+    return {"error": str(message), "code": code, "details": details or {}}
 
 
 _DRF_CODES = {

@@ -4,9 +4,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django.db import transaction
 
-from issues.choices import AgentRole
-from issues.services.companies import agent_api_key_create, agent_create, company_create
+from issues.choices import AgentRole, MemberRole
+from issues.services.companies import agent_api_key_create, agent_create, company_create, membership_set
 from paperclip.core.errors import ApiError
+
+from .membership_set import user_by_username
 
 
 class Command(BaseCommand):
@@ -18,9 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--agent", action="append", default=[], metavar="NAME[:ROLE]",
                             help=f"Repeatable. ROLE is one of: {', '.join(AgentRole.values)}")
         parser.add_argument("--enable-cases", action="store_true")
+        parser.add_argument("--owner", metavar="USERNAME", help="An existing user who becomes the company's owner.")
         parser.add_argument("--json", action="store_true", help="Print machine-readable JSON.")
 
-    def handle(self, *args, name, prefix, agent, enable_cases, json: bool, **options):
+    def handle(self, *args, name, prefix, agent, enable_cases, json: bool, owner=None, **options):
         specs = []
         for spec in agent:
             agent_name, _, role = spec.partition(":")
@@ -28,9 +31,12 @@ class Command(BaseCommand):
             if role not in AgentRole.values:
                 raise CommandError(f"--agent {spec}: role must be one of {', '.join(AgentRole.values)}")
             specs.append((agent_name.strip(), role))
+        owner_user = user_by_username(owner) if owner else None  # checked before anything is created
         try:
             with transaction.atomic():
                 company = company_create(name=name, issue_prefix=prefix, enable_cases=enable_cases)
+                if owner_user is not None:
+                    membership_set(company=company, user=owner_user, role=MemberRole.OWNER)
                 agents = []
                 for agent_name, role in specs:
                     created = agent_create(company=company, name=agent_name, role=role)
@@ -38,10 +44,14 @@ class Command(BaseCommand):
                     agents.append({"id": str(created.pk), "name": created.name, "role": role, "apiKey": raw})
         except ApiError as exc:
             raise CommandError(f"{exc.message} {exc.details}")
-        result = {"companyId": str(company.pk), "issuePrefix": company.issue_prefix, "agents": agents}
+        result = {"companyId": str(company.pk), "issuePrefix": company.issue_prefix, "agents": agents,
+                  "owner": ({"userId": owner_user.pk, "username": owner_user.get_username(), "role": MemberRole.OWNER.value}
+                            if owner_user is not None else None)}
         if json:
             self.stdout.write(json_module.dumps(result, indent=2))
         else:
             self.stdout.write(f"Company {company.name} ({company.issue_prefix}) id={company.pk}")
+            if owner_user is not None:
+                self.stdout.write(f"  owner {owner_user.get_username()}")
             for a in agents:
                 self.stdout.write(f"  agent {a['name']} ({a['role']}) id={a['id']} key={a['apiKey']}")

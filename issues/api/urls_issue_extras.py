@@ -1,0 +1,14 @@
+"""Routes of the upstream-compatible API (issue #14): issue extras (children, labels); included by
+issues/api/urls.py. ``DELETE /issues/{id}`` is a method of the issue-detail route."""
+from django.urls import path
+
+from . import issue_extras
+
+urlpatterns = [
+    path("issues", issue_extras.IssuesWithoutCompanyView.as_view(), name="issues-without-company"),
+    path("issues/<str:issue_id>/comments/<str:comment_id>", issue_extras.IssueCommentDetailView.as_view(),
+         name="issue-comment-detail"),
+    path("issues/<str:issue_id>/children", issue_extras.IssueChildrenView.as_view(), name="issue-children"),
+    path("companies/<str:company_id>/labels", issue_extras.CompanyLabelsView.as_view(), name="company-labels"),
+    path("labels/<uuid:label_id>", issue_extras.LabelDetailView.as_view(), name="label-detail"),
+]

@@ -1,0 +1,208 @@
+"""Spend, budgets and the company settings they sit on (upstream Paperclip §5.6 and §5.9).
+
+One ledger: every cent an agent spends is one ``CostEvent`` row, whether a client reported it
+(``POST /companies/{id}/cost-events``) or a run heartbeat reported usage (``runs._record_usage``
+writes the delta of the run's running totals, provider ``paperclip-run``). Each row's cents are
+added once to the agent's and the company's monthly spend, with the same saturating arithmetic,
+month roll-over and budget stop as the run heartbeats. Reports summarize the ledger, so every cent
+is counted exactly once. A reported event dated in another month is in the ledger (and its
+reports) but not in this month's spend counters.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone as dt_timezone
+
+from django.db import transaction
+from django.utils import timezone
+
+from issues.actors import SYSTEM, Actor
+from issues.choices import LIVE_RUN_STATUSES, AgentRole
+from issues.exceptions import Forbidden, InvalidInput, Unprocessable
+from issues.models import Agent, Company, CostEvent, Goal, HeartbeatRun, Issue, Project
+
+from .activity import activity_record
+from .goals import ensure_org_write
+from .lookups import company_object
+from .runs import USAGE_MAX, _finish_stopped, _request_stop, _saturating_add
+from .scheduling import budgets_roll_month
+
+RUN_PROVIDER = "paperclip-run"  # the provider of the ledger rows run heartbeats write
+BUDGET_STOP = "budget_exceeded"  # Agent.pause_reason while the monthly budget is spent (runs, wakeups, dispatch)
+BILLING_TYPES = ("metered_api", "subscription_included", "subscription_overage", "credits", "fixed", "unknown")
+SUBSCRIPTION_BILLING = ("subscription_included", "subscription_overage")
+COMPANY_STATUSES = ("active", "paused", "archived")
+
+
+def month_start(now=None) -> datetime:
+    now = (now or timezone.now()).astimezone(dt_timezone.utc)
+    return datetime(now.year, now.month, 1, tzinfo=dt_timezone.utc)
+
+
+def _in_current_month(moment, now=None) -> bool:
+    now = now or timezone.now()
+    start = month_start(now)
+    nxt = datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=dt_timezone.utc)
+    return start <= moment < nxt
+
+
+def require_board(actor: Actor):
+    if not actor.is_board:
+        raise Forbidden("Board access required", code="board_only")
+
+
+# --- the ledger -----------------------------------------------------------------------------------
+def spend_add(*, company_id, agent_id, cents: int, run=None) -> bool:
+    """Add ``cents`` to the agent's and the company's monthly spend (saturating at the column's
+    top). True when the agent's budget is reached: the budget stop is recorded (as a run heartbeat
+    does) and the caller stops what it must."""
+    if cents <= 0:
+        return False
+    cents = min(cents, USAGE_MAX)
+    budgets_roll_month(agent_id=agent_id)  # spend belongs to the current month
+    Agent.objects.filter(pk=agent_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents", cents))
+    Company.objects.filter(pk=company_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents", cents))
+    agent = Agent.objects.only("budget_monthly_cents", "spent_monthly_cents").get(pk=agent_id)
+    if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
+        Agent.objects.filter(pk=agent_id).update(pause_reason=BUDGET_STOP)
+        activity_record(actor=SYSTEM, company_id=company_id, action="agent.budget_exceeded", entity_type="agent",
+                        entity_id=agent_id, run=run,
+                        details={"spentCents": agent.spent_monthly_cents, "budgetCents": agent.budget_monthly_cents})
+        return True
+    return False
+
+
+def ledger_record(*, company_id, agent_id, cost_cents: int, provider: str, model: str = "", biller: str = "",
+                  billing_type: str = "unknown", input_tokens: int = 0, cached_input_tokens: int = 0,
+                  output_tokens: int = 0, occurred_at=None, run=None, issue_id=None, project_id=None, goal_id=None,
+                  billing_code: str = "") -> tuple[CostEvent, bool]:
+    """One ledger row, its cents added to this month's spend when it falls in this month. Returns
+    the row and whether the agent's budget is now reached. Call inside a transaction."""
+    occurred_at = occurred_at or timezone.now()
+    event = CostEvent.objects.create(
+        company_id=company_id, agent_id=agent_id, run=run, issue_id=issue_id, project_id=project_id,
+        goal_id=goal_id, billing_code=billing_code, provider=provider, biller=biller or provider,
+        billing_type=billing_type, model=model, input_tokens=input_tokens, cached_input_tokens=cached_input_tokens,
+        output_tokens=output_tokens, cost_cents=cost_cents, occurred_at=occurred_at)
+    crossed = _in_current_month(occurred_at) and spend_add(company_id=company_id, agent_id=agent_id,
+                                                           cents=cost_cents, run=run)
+    return event, crossed
+
+
+def cost_event_create(*, actor: Actor, company, data: dict) -> CostEvent:
+    """``POST /companies/{id}/cost-events``: the board for any agent of the company, an agent for
+    itself only. Crossing the agent's budget stops it as a heartbeat would, including the named
+    run when it is still live."""
+    ensure_org_write(actor, company.pk)
+    agent = company_object(Agent, company.pk, data["agentId"], "agentId")
+    if actor.is_agent and agent.pk != actor.agent.pk:
+        raise Forbidden("Agent can only report its own costs", code="not_own_agent",
+                        details={"agentId": ["Agents report their own costs only."]})
+    issue = company_object(Issue, company.pk, data.get("issueId"), "issueId")
+    project = company_object(Project, company.pk, data.get("projectId"), "projectId")
+    goal = company_object(Goal, company.pk, data.get("goalId"), "goalId")
+    run = company_object(HeartbeatRun, company.pk, data.get("heartbeatRunId"), "heartbeatRunId")
+    if run is not None and run.agent_id != agent.pk:
+        raise Unprocessable("The run is not one of this agent's runs.", code="run_agent_mismatch",
+                            details={"heartbeatRunId": ["Not a run of agentId."]})
+    if data.get("billingType", "unknown") not in BILLING_TYPES:
+        raise InvalidInput(details={"billingType": [f"Must be one of {', '.join(BILLING_TYPES)}."]})
+    stop_now = False
+    with transaction.atomic():
+        event, crossed = ledger_record(
+            company_id=company.pk, agent_id=agent.pk, cost_cents=data["costCents"], provider=data["provider"],
+            model=data["model"], biller=data.get("biller") or "", billing_type=data.get("billingType", "unknown"),
+            input_tokens=data.get("inputTokens", 0), cached_input_tokens=data.get("cachedInputTokens", 0),
+            output_tokens=data.get("outputTokens", 0), occurred_at=data["occurredAt"], run=run,
+            issue_id=getattr(issue, "pk", None), project_id=getattr(project, "pk", None),
+            goal_id=getattr(goal, "pk", None), billing_code=data.get("billingCode") or "")
+        activity_record(actor=actor, company_id=company.pk, action="cost.reported", entity_type="cost_event",
+                        entity_id=event.pk,
+                        details={"agentId": str(agent.pk), "costCents": event.cost_cents, "provider": event.provider,
+                                 "model": event.model, "heartbeatRunId": str(run.pk) if run else None})
+        if crossed and run is not None:
+            run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
+            stop_now = run.status in LIVE_RUN_STATUSES and _request_stop(run, BUDGET_STOP)
+    if stop_now:
+        _finish_stopped([run])
+    return event
+
+
+# --- budgets ------------------------------------------------------------------------------------------
+def _budget_value(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= USAGE_MAX:
+        raise InvalidInput(details={"budgetMonthlyCents": [f"Must be an integer from 0 to {USAGE_MAX}."]})
+    return value
+
+
+def agent_budget_set(*, actor: Actor, agent: Agent, budget_monthly_cents: int) -> Agent:
+    """The board, or the agent itself (upstream). The budget stop follows the new budget: lifted
+    when this month's spend is below it, set when it is not (0 means no limit)."""
+    ensure_org_write(actor, agent.company_id)
+    if actor.is_agent and actor.agent.pk != agent.pk:
+        raise Forbidden("Agent can only change its own budget", code="not_own_agent")
+    budget = _budget_value(budget_monthly_cents)
+    with transaction.atomic():
+        budgets_roll_month(agent_id=agent.pk)
+        agent = Agent.objects.select_for_update().get(pk=agent.pk)
+        previous = agent.budget_monthly_cents
+        agent.budget_monthly_cents = budget
+        over = bool(budget) and agent.spent_monthly_cents >= budget
+        if over and not agent.pause_reason:
+            agent.pause_reason = BUDGET_STOP
+        elif not over and agent.pause_reason == BUDGET_STOP:
+            agent.pause_reason = ""
+        agent.save(update_fields=["budget_monthly_cents", "pause_reason", "updated_at"])
+        activity_record(actor=actor, company_id=agent.company_id, action="agent.budget_updated", entity_type="agent",
+                        entity_id=agent.pk, details={"budgetMonthlyCents": budget, "previous": previous})
+    return agent
+
+
+def company_budget_set(*, actor: Actor, company: Company, budget_monthly_cents: int) -> Company:
+    require_board(actor)
+    actor.ensure_can_write(company.pk)
+    return company_update(actor=actor, company=company, changes={"budgetMonthlyCents": budget_monthly_cents})
+
+
+# --- company settings -------------------------------------------------------------------------------------
+COMPANY_FIELDS = {"name": "name", "description": "description", "status": "status",
+                  "budgetMonthlyCents": "budget_monthly_cents"}
+CEO_FIELDS = ("name", "description")  # upstream: a CEO agent may change the company's branding only
+
+
+def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
+    """Board users (write roles) change name, description, status and budget; a CEO agent the
+    name and description; the issue prefix never changes (identifiers are built from it)."""
+    if actor.is_agent and (actor.agent.role != AgentRole.CEO or set(changes) - set(CEO_FIELDS)):
+        raise Forbidden("Only CEO agents or board users may update company settings", code="board_only")
+    ensure_org_write(actor, company.pk)
+    values = {}
+    for name, value in changes.items():
+        if name == "name":
+            value = (value or "").strip()
+            if not value:
+                raise InvalidInput(details={"name": ["This field may not be blank."]})
+        elif name == "description":
+            value = value or ""
+        elif name == "status" and value not in COMPANY_STATUSES:
+            raise InvalidInput(details={"status": [f"Must be one of {', '.join(COMPANY_STATUSES)}."]})
+        elif name == "budgetMonthlyCents":
+            value = _budget_value(value)
+        values[COMPANY_FIELDS[name]] = value
+    with transaction.atomic():
+        company = Company.objects.select_for_update().get(pk=company.pk)
+        changed = sorted(k for k, v in values.items() if getattr(company, k) != v)
+        if not changed:
+            return company
+        previous_budget = company.budget_monthly_cents
+        for column in changed:
+            setattr(company, column, values[column])
+        company.save(update_fields=[*changed, "updated_at"])
+        api_names = {v: k for k, v in COMPANY_FIELDS.items()}
+        if changed != ["budget_monthly_cents"]:
+            activity_record(actor=actor, company_id=company.pk, action="company.updated", entity_type="company",
+                            entity_id=company.pk, details={"changedKeys": [api_names[k] for k in changed]})
+        if "budget_monthly_cents" in changed:
+            activity_record(actor=actor, company_id=company.pk, action="company.budget_updated",
+                            entity_type="company", entity_id=company.pk,
+                            details={"budgetMonthlyCents": company.budget_monthly_cents, "previous": previous_budget})
+    return company
