@@ -158,9 +158,9 @@ class ActiveRunSerializer(RunSerializer):
 
     @extend_schema_field({"type": "string", "enum": ["manual", "ping", "callback", "system"], "nullable": True})
     def get_triggerDetail(self, run):
-        from .wake import TRIGGER_DETAIL
+        from .wake import trigger_detail
 
-        return TRIGGER_DETAIL.get(run.invocation_source)
+        return trigger_detail(run)
 
 
 class InvokeSkippedSerializer(serializers.Serializer):

@@ -95,6 +95,11 @@ TRIGGER_DETAIL = {"on_demand": "manual", "timer": "system", "assignment": "syste
                   "connector": "callback"}
 
 
+def trigger_detail(run) -> str | None:
+    """Upstream's ``triggerDetail`` of a run, derived from its invocation source."""
+    return TRIGGER_DETAIL.get(run.invocation_source)
+
+
 class LiveRunSerializer(serializers.Serializer):
     """A queued or running run (upstream's live-runs item). ``triggerDetail`` is derived from
     ``invocationSource``: on_demand -> manual; timer, assignment, automation -> system;
@@ -114,7 +119,7 @@ class LiveRunSerializer(serializers.Serializer):
 
     @extend_schema_field({"type": "string", "enum": ["manual", "ping", "callback", "system"], "nullable": True})
     def get_triggerDetail(self, run):
-        return TRIGGER_DETAIL.get(run.invocation_source)
+        return trigger_detail(run)
 
 
 # --- views -------------------------------------------------------------------------------------------
