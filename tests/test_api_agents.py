@@ -7,8 +7,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -20,6 +18,7 @@ from issues.services.runs import run_append_event, run_finish, run_mark_running
 from issues.services.thread import comment_create
 from tests.conftest import AgentClient
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, RunFactory
+from tests.queries import count_queries as get_counted
 from tests.test_errors import assert_error
 
 SECRET_ENV = {"command": ["python", "agent.py"], "env": {"OPENAI_API_KEY": "sk-literal-secret", "MODE": "fast",
@@ -80,10 +79,8 @@ def test_list_query_count_is_the_same_for_10_and_10000_agents(board_client, comp
                                    for i in range(count)], batch_size=1000)
 
     def count_queries():
-        with CaptureQueriesContext(connection) as ctx:
-            response = board_client.get(agents_url(company))
-        assert response.status_code == 200
-        return len(ctx.captured_queries), len(response.json())
+        queries, body = get_counted(board_client, agents_url(company))
+        return queries, len(body)
 
     add(10, 0)
     small = count_queries()
@@ -362,10 +359,8 @@ def test_key_list_query_count_is_the_same_for_10_and_10000_keys(board_client, co
                                         batch_size=1000)
 
     def count_queries():
-        with CaptureQueriesContext(connection) as ctx:
-            response = board_client.get(f"/api/agents/{agent.pk}/keys")
-        assert response.status_code == 200
-        return len(ctx.captured_queries), len(response.json())
+        queries, body = get_counted(board_client, f"/api/agents/{agent.pk}/keys")
+        return queries, len(body)
 
     add(10, 0)
     small = count_queries()
@@ -478,10 +473,7 @@ def test_inbox_lite_query_count_is_the_same_for_10_and_10000_issues(agent_client
         Company.objects.filter(pk=company.pk).update(issue_counter=start + count)
 
     def count_queries():
-        with CaptureQueriesContext(connection) as ctx:
-            response = agent_client.get("/api/agents/me/inbox-lite")
-        assert response.status_code == 200
-        return len(ctx.captured_queries), response.json()
+        return get_counted(agent_client, "/api/agents/me/inbox-lite")
 
     agent_client.get("/api/agents/me")  # the key's and run's throttled bookkeeping writes happen once
     add(10)

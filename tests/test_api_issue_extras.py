@@ -4,8 +4,6 @@ from datetime import timedelta
 
 import pytest
 import requests
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -27,6 +25,7 @@ from issues.services.companies import agent_api_key_create
 from issues.services.runs import run_finish
 from issues.services.thread import comment_create, document_write, interaction_create
 from issues.actors import SYSTEM
+from tests.queries import count_queries
 from tests.test_errors import assert_error
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, RunFactory
 
@@ -250,22 +249,15 @@ def add_children(company, parent, count, label):
     company.refresh_from_db(fields=["issue_counter"])
 
 
-def count_queries(client, url):
-    with CaptureQueriesContext(connection) as ctx:
-        response = client.get(url)
-    assert response.status_code == 200, response.content[:300]
-    return response.json(), len(ctx.captured_queries)
-
-
 def test_children_list_query_count_is_the_same_for_10_and_10000_children(board_client, company):
     parent = IssueFactory(company=company)
     label = Label.objects.create(company=company, name="bulk", color="#000000")
     add_children(company, parent, 10, label)
     board_client.get(children_url(parent))  # warm the session
 
-    small, small_queries = count_queries(board_client, children_url(parent))
+    small_queries, small = count_queries(board_client, children_url(parent))
     add_children(company, parent, 9990, label)
-    large, large_queries = count_queries(board_client, children_url(parent, "?limit=1000"))
+    large_queries, large = count_queries(board_client, children_url(parent, "?limit=1000"))
 
     assert len(small) == 10 and len(large) == 1000
     assert large_queries == small_queries
@@ -279,9 +271,9 @@ def test_issue_list_with_labels_keeps_a_constant_query_count(board_client, compa
     add_children(company, parent, 10, label)
     url = f"/api/companies/{company.pk}/issues?labelId={label.pk}&limit=1000"
     board_client.get(url)
-    small, small_queries = count_queries(board_client, url)
+    small_queries, small = count_queries(board_client, url)
     add_children(company, parent, 990, label)
-    large, large_queries = count_queries(board_client, url)
+    large_queries, large = count_queries(board_client, url)
     assert (len(small), len(large)) == (10, 1000) and large_queries == small_queries
 
 

@@ -7,8 +7,6 @@ import urllib.request
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -25,6 +23,7 @@ from tests.factories import (
     RunFactory,
     UserFactory,
 )
+from tests.queries import count_queries
 from tests.test_errors import assert_error
 
 
@@ -40,13 +39,6 @@ def audit(company, action):
 
 def url(company, tail=""):
     return f"/api/companies/{company.pk}{tail}"
-
-
-def count_queries(client, path, expected_status=200):
-    with CaptureQueriesContext(connection) as ctx:
-        response = client.get(path)
-    assert response.status_code == expected_status, response.content[:500]
-    return len(ctx.captured_queries), response.json()
 
 
 # --- goals --------------------------------------------------------------------------------------------

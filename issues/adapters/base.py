@@ -67,10 +67,17 @@ class RunContext:
     owner: str = ""  # the worker session that owns the run (only it may stop the process)
     # The wake's facts, compact payload and task packet (issues.run_context.WakeContext).
     wake: object | None = None
+    # Removes the run's temporary files (the task packet of a run without a workspace).
+    cleanup: object | None = field(default=None, repr=False)
 
     @property
     def config(self) -> dict:
         return self.agent.adapter_config or {}
+
+    def release(self):
+        """Remove what the context created for the run (called when the run's process has ended)."""
+        if self.cleanup is not None:
+            self.cleanup()
 
 
 @dataclass
@@ -248,8 +255,8 @@ def prepare_context(run, *, owner: str | None = None, api_url: str | None = None
     if adapter.adapter_type in LOCAL_ADAPTER_TYPES:
         path, temporary = run_context.packet_file_write(wake.packet, workspace_path=workspace_path, run_id=run.pk)
         env["PAPERCLIP_TASK_PACKET_PATH"] = path
-        if temporary:  # removed when the run's context is dropped (after execute), at the latest at exit
-            weakref.finalize(ctx, _remove_quietly, path)
+        if temporary:  # removed by release() after execute; a finalizer covers contexts never released
+            ctx.cleanup = weakref.finalize(ctx, _remove_quietly, path)
     return ctx
 
 

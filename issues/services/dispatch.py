@@ -146,6 +146,7 @@ def run_execute(*, run_id, owner: str) -> HeartbeatRun | None:
         except ApiError as exc:  # before_run hook failure, bad configuration, git or path errors
             return run_finish(run=run, status=RunStatus.FAILED, error=f"{exc.code}: {exc.message}",
                               liveness="failed", liveness_reason=exc.code)
+    ctx = None
     try:
         adapter = get_adapter(run.agent.adapter_type)
         ctx = prepare_context(run, owner=owner, workspace_path=workspace.path if workspace else None,
@@ -164,6 +165,8 @@ def run_execute(*, run_id, owner: str) -> HeartbeatRun | None:
         log.exception("run %s failed on the host side", run.pk)
         run = run_finish(run=run, status=RunStatus.FAILED, error=f"host error: {exc}")
     finally:
+        if ctx is not None:
+            ctx.release()
         if workspace is not None:
             workspace_after_run(run=run)
     return run
