@@ -2,6 +2,7 @@
 conflicts and interventions are audit (read-only). Secrets show no plaintext, ever."""
 from django import forms
 from django.contrib import admin
+from django.forms.models import BaseInlineFormSet
 
 from paperclip.core.outbound_http import url_refusal
 
@@ -18,6 +19,7 @@ from .models import (
     RoutingRule,
     SyncCursor,
     SyncError,
+    TaskExport,
     TaskLink,
 )
 
@@ -30,10 +32,49 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+def _rule_form_errors(form, provider_key: str):
+    """The services' routing rule check (connectors.services.routing_rules), as form errors: a kind the
+    provider does not declare, a match the kind cannot read."""
+    from .services.routing_rules import rule_errors
+
+    data = form.cleaned_data
+    if not provider_key or not data or data.get("DELETE"):
+        return
+    errors = rule_errors(provider_key, kind=data.get("kind"), match=data.get("match"),
+                         target_agent_id=getattr(data.get("target_agent"), "pk", None),
+                         target_alias=data.get("target_alias") or "")
+    for key, reasons in errors.items():
+        field = key if key in form.fields else "match" if key.startswith("match") else None
+        for reason in reasons:
+            form.add_error(field, f"{key}: {reason}" if field != key else reason)
+
+
+class RoutingRuleInlineFormSet(BaseInlineFormSet):
+    def clean(self):
+        super().clean()
+        for form in self.forms:
+            if form.is_valid():  # the instance being saved, with the provider the parent form holds
+                _rule_form_errors(form, self.instance.provider_key)
+
+
 class RoutingRuleInline(admin.TabularInline):
     model = RoutingRule
+    formset = RoutingRuleInlineFormSet
     extra = 0
     raw_id_fields = ("target_agent",)
+
+
+class RoutingRuleAdminForm(forms.ModelForm):
+    class Meta:
+        model = RoutingRule
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        instance = cleaned.get("instance")
+        if instance is not None:
+            _rule_form_errors(self, instance.provider_key)
+        return cleaned
 
 
 class ConnectorInstanceAdminForm(forms.ModelForm):
@@ -126,6 +167,7 @@ class SyncCursorAdmin(ReadOnlyAdmin):
 
 @admin.register(RoutingRule)
 class RoutingRuleAdmin(admin.ModelAdmin):
+    form = RoutingRuleAdminForm
     list_display = ("instance", "order", "kind", "match", "target_agent", "target_alias", "enabled")
     list_filter = ("kind", "enabled")
     raw_id_fields = ("instance", "target_agent")
@@ -160,3 +202,10 @@ class InterventionAdmin(ReadOnlyAdmin):
     list_display = ("action", "target_id", "instance", "actor_user", "idempotency_key", "at")
     list_filter = ("action",)
 
+
+
+@admin.register(TaskExport)
+class TaskExportAdmin(ReadOnlyAdmin):
+    list_display = ("issue", "instance", "container", "status", "external_task_id", "attempts", "created_at")
+    list_filter = ("status",)
+    search_fields = ("idempotency_key", "external_task_id", "issue__identifier")

@@ -7,6 +7,10 @@ class ConnectorsConfig(AppConfig):
 
     def ready(self):
         from . import receivers  # noqa: F401  (connects the outbound engine to the issues events)
+        from . import worker_hooks
+
+        # Restart recovery at every worker start (§13.2) and the embedded worker's inbox drain.
+        worker_hooks.connect()
 
         # Console panels on the issues app's pages (issues never imports connectors).
         from issues.console.dashboard import register_dashboard_panel
@@ -16,6 +20,16 @@ class ConnectorsConfig(AppConfig):
 
         register_dashboard_panel(dashboard_panel)
         register_issue_panel(issue_link_panel)
+        from .console.export import issue_export_panel
+
+        register_issue_panel(issue_export_panel)  # §6.2.2 export, after the link panel
+
+        # Credential failures (§13.1.2) as operator alerts on the company dashboard (API and console).
+        from issues.operator_alerts import register_alert_source
+
+        from .services.credential_health import dashboard_alerts
+
+        register_alert_source(dashboard_alerts)
 
         # Connector defaults for the host's workflow settings, health for invalid documents (§9.5).
         from issues.workflow.effective import register_defaults_provider, register_invalid_listener

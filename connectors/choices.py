@@ -77,6 +77,7 @@ class EventKindChoice(models.TextChoices):
     COMMENT_UPSERTED = "comment.upserted"
     COMMENT_DELETED = "comment.deleted"
     IGNORED = "ignored"
+    UNPARSED = "unparsed"  # verified, but the body did not parse (schema drift, §13.1.8): kept raw, parked
 
 
 class EventStatus(models.TextChoices):
@@ -106,6 +107,9 @@ class ErrorCategory(models.TextChoices):
     ROUTING = "routing"
     CONFIG = "config"
     COMMAND = "command"
+    POLICY = "policy"  # a Paperclip-side change the field policy keeps from the tracker (§4.1.4)
+    SCHEMA_DRIFT = "schema_drift"  # a verified delivery or poll record that did not parse (§13.1.8)
+    OUTBOUND_PARKED = "outbound_parked"  # an outbound write that exhausted its retry horizon
 
 
 class RoutingRuleKind(models.TextChoices):
@@ -145,8 +149,9 @@ class OutboundKind(models.TextChoices):
 class OutboundStatus(models.TextChoices):
     PENDING = "pending"
     DONE = "done"
-    FAILED = "failed"
+    FAILED = "failed"  # a permanent refusal by the provider (e.g. 4xx other than auth/rate limit)
     CANCELLED = "cancelled"
+    PARKED = "parked"  # retried over the whole horizon without success; replayable by an operator
 
 
 class CommandPolicy(models.TextChoices):
@@ -169,6 +174,8 @@ class InterventionAction(models.TextChoices):
     CONFLICT_DISMISS = "conflict.dismiss"
     TASK_IMPORT = "task.import"
     LINK_CREATE = "link.create"
+    OUTBOUND_REPLAY = "outbound.replay"
+    TASK_EXPORT = "task.export"
 
 
 class ConflictAction(models.TextChoices):
@@ -179,3 +186,25 @@ class ConflictAction(models.TextChoices):
     MERGE_MANUAL = "merge_manual"
     UNLINK = "unlink"
     DISMISS = "dismiss"
+
+
+class ClosePolicy(models.TextChoices):
+    """§7.4: what an external move to a terminal state does to a linked issue that is not terminal."""
+
+    CONFLICT = "conflict"  # default: a closure conflict, nothing closed
+    AUTO_CLOSE = "auto_close"  # close the issue only when idle: no run, no pending approval/review, no blockers
+
+
+class ReopenPolicy(models.TextChoices):
+    """§7.4: what an external reopen of a task whose issue is terminal does."""
+
+    FOLLOW_UP = "follow_up"  # RECOMMENDED default: a follow-up issue carries the link
+    REOPEN = "reopen"  # reopen the same issue (subject to the host's rules)
+
+
+class ExportStatus(models.TextChoices):
+    """§6.2.2 export of a Paperclip issue to the tracker, idempotent on its key."""
+
+    PENDING = "pending"  # recorded; the external task may or may not exist yet
+    LINKED = "linked"  # the external task exists and the link is active
+    FAILED = "failed"  # the provider refused the creation (retryable by repeating the request)

@@ -9,6 +9,7 @@ from django.db.models.functions import Lower
 from issues.models.base import UUIDModel, choices_check
 
 from .choices import (
+    ClosePolicy,
     CommandPolicy,
     ConflictKind,
     ConflictStatus,
@@ -16,12 +17,14 @@ from .choices import (
     EventKindChoice,
     EventSource,
     EventStatus,
+    ExportStatus,
     InstanceStatus,
     InterventionAction,
     LinkStatus,
     OriginSide,
     OutboundKind,
     OutboundStatus,
+    ReopenPolicy,
     RoutingRuleKind,
     RunMode,
     StateCategory,
@@ -104,6 +107,12 @@ class ConnectorInstance(UUIDModel):
     last_webhook_rejected_at = models.DateTimeField(null=True, blank=True)
     last_webhook_rejected_reason = models.CharField(max_length=300, blank=True)
     provider_degraded_until = models.DateTimeField(null=True, blank=True)
+    # §13.1.2: a credential failure is an instance-level health error (links are not touched).
+    auth_error_at = models.DateTimeField(null=True, blank=True)
+    auth_error_detail = models.CharField(max_length=500, blank=True)
+    # §7.4 policies for new links (a link may override the close policy).
+    close_policy = models.CharField(max_length=16, choices=ClosePolicy.choices, default=ClosePolicy.CONFLICT)
+    reopen_policy = models.CharField(max_length=16, choices=ReopenPolicy.choices, default=ReopenPolicy.FOLLOW_UP)
 
     class Meta:
         ordering = ["name"]
@@ -113,6 +122,8 @@ class ConnectorInstance(UUIDModel):
             choices_check("default_sync_mode", SyncMode, "connector_sync_mode_valid"),
             choices_check("default_run_mode", RunMode, "connector_run_mode_valid"),
             choices_check("command_policy", CommandPolicy, "connector_command_policy_valid"),
+            choices_check("close_policy", ClosePolicy, "connector_close_policy_valid"),
+            choices_check("reopen_policy", ReopenPolicy, "connector_reopen_policy_valid"),
             models.CheckConstraint(condition=Q(credentials_ref__regex=SECRET_REF_REGEX),
                                    name="connector_credentials_is_reference"),
             models.CheckConstraint(condition=Q(webhook_secret_ref__regex=SECRET_REF_REGEX),
@@ -165,6 +176,8 @@ class TaskLink(UUIDModel):
     # Layer 3/4 bookkeeping: the connector wake debounce (§9) and the milestone comment debounce (§10.2).
     last_wake_at = models.DateTimeField(null=True, blank=True)
     last_milestone_at = models.DateTimeField(null=True, blank=True)
+    close_policy = models.CharField(max_length=16, choices=ClosePolicy.choices, blank=True,
+                                    help_text="Blank: the instance's close policy (§7.4).")
 
     class Meta:
         ordering = ["-created_at"]
@@ -183,6 +196,8 @@ class TaskLink(UUIDModel):
             models.CheckConstraint(condition=Q(paused_from_status="") | Q(
                 paused_from_status__in=LinkStatus.values), name="link_paused_from_valid"),
             models.CheckConstraint(condition=~Q(external_task_id=""), name="link_external_task_id_present"),
+            models.CheckConstraint(condition=Q(close_policy="") | Q(close_policy__in=ClosePolicy.values),
+                                   name="link_close_policy_valid"),
         ]
 
     def __str__(self):
@@ -375,6 +390,9 @@ class OutboundEffect(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     external_ref = models.CharField(max_length=300, blank=True)
     error_message = models.TextField(blank=True)
+    error_category = models.CharField(max_length=32, choices=ErrorCategory.choices, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    parked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     done_at = models.DateTimeField(null=True, blank=True)
 
@@ -385,6 +403,8 @@ class OutboundEffect(models.Model):
             models.UniqueConstraint(fields=["link", "kind", "source_id"], name="outbound_idempotency_unique"),
             choices_check("kind", OutboundKind, "outbound_kind_valid"),
             choices_check("status", OutboundStatus, "outbound_status_valid"),
+            models.CheckConstraint(condition=Q(error_category="") | Q(error_category__in=ErrorCategory.values),
+                                   name="outbound_error_category_valid"),
         ]
 
     def __str__(self):
@@ -399,6 +419,8 @@ class ExternalCommentLink(models.Model):
     external_comment_id = models.CharField(max_length=200)
     comment = models.ForeignKey("issues.Comment", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     external_updated_at = models.DateTimeField(null=True, blank=True)
+    # sha256 of the imported body: the comment backstop sees an edit even without an updated time
+    content_digest = models.CharField(max_length=64, blank=True)
     deleted = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -433,3 +455,35 @@ class Intervention(models.Model):
 
     def __str__(self):
         return f"{self.action} {self.target_id}"
+
+
+class TaskExport(models.Model):
+    """§6.2.2: one export of a Paperclip issue to a tracker container, idempotent on its key. Recorded
+    before the provider is called, so a retry after a lost answer finds the task it created (by the
+    backlink marker the projection carries) instead of creating a second one."""
+
+    company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="+")
+    instance = models.ForeignKey(ConnectorInstance, on_delete=models.CASCADE, related_name="exports")
+    issue = models.ForeignKey("issues.Issue", on_delete=models.CASCADE, related_name="connector_exports")
+    idempotency_key = models.CharField(max_length=200)
+    container = models.CharField(max_length=300)
+    status = models.CharField(max_length=16, choices=ExportStatus.choices, default=ExportStatus.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    external_task_id = models.CharField(max_length=200, blank=True)
+    link = models.ForeignKey(TaskLink, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    error_message = models.TextField(blank=True)
+    requested_by_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                          related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "idempotency_key"], name="export_idempotency_unique"),
+            choices_check("status", ExportStatus, "export_status_valid"),
+            models.CheckConstraint(condition=~Q(container=""), name="export_container_present"),
+        ]
+
+    def __str__(self):
+        return f"export {self.issue_id} -> {self.container} ({self.status})"

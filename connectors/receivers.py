@@ -30,7 +30,7 @@ def _guarded(fn, **kwargs):
 
 @receiver(events.issue_updated_atomic, dispatch_uid="connectors.outbound.issue_updated")
 def on_issue_updated(sender, issue, actor=None, changes=None, **kwargs):
-    from connectors.services import outbound
+    from connectors.services import outbound, policy_entries
 
     change = (changes or {}).get("status")
     # The connector's own edits (inbound applies run as SYSTEM) never bounce back to the tracker;
@@ -46,6 +46,8 @@ def on_issue_updated(sender, issue, actor=None, changes=None, **kwargs):
             outbound.status_changed(issue=issue, old=change[0], new=change[1], actor=actor)
         if fields:
             outbound.fields_changed(issue=issue, fields=fields, actor=actor)
+            # §4.1.4: an edit the field policy keeps from the tracker is a policy entry, never silently dropped
+            policy_entries.paperclip_edits_recorded(issue=issue, fields=fields, actor=actor)
 
     _guarded(project, _issue_id=issue.pk)
 
@@ -73,6 +75,16 @@ def on_run_finished(sender, run, **kwargs):
     if run.issue_id is None:
         return
     _guarded(outbound.run_finished, _issue_id=run.issue_id, run=run)
+
+
+@receiver(events.run_finished_atomic, dispatch_uid="connectors.outbound.run_transcript")
+def on_run_finished_transcript(sender, run, **kwargs):
+    """postTranscripts (§10.2, off by default): the finished run's bounded, redacted summary."""
+    from connectors.services import transcripts
+
+    if run.issue_id is None:
+        return
+    _guarded(transcripts.run_transcript_posted, _issue_id=run.issue_id, run=run)
 
 
 @receiver(events.work_product_created_atomic, dispatch_uid="connectors.outbound.work_product_created")

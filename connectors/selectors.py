@@ -8,9 +8,17 @@ from issues.actors import Actor
 from issues.exceptions import InvalidInput
 from issues.selectors import get_by_ref, list_window, scoped_get
 
-from .choices import ConflictStatus, EventStatus, HealthStatus, InstanceStatus, LinkStatus
+from .choices import (
+    ConflictKind,
+    ConflictStatus,
+    EventStatus,
+    HealthStatus,
+    InstanceStatus,
+    LinkStatus,
+    OutboundStatus,
+)
 from .filtersets import ConflictFilterSet, InboundEventFilterSet, TaskLinkFilterSet
-from .models import Conflict, ConnectorInstance, InboundEvent, SyncCursor, SyncError, TaskLink
+from .models import Conflict, ConnectorInstance, InboundEvent, OutboundEffect, SyncCursor, SyncError, TaskLink
 from .services.common import adapter_class
 
 
@@ -30,6 +38,16 @@ def event_get(*, actor: Actor, pk) -> InboundEvent:
     except (TypeError, ValueError):
         pk = -1
     return scoped_get(InboundEvent.objects.select_related("instance"), actor, pk, "Event")
+
+
+def outbound_effect_get(*, actor: Actor, pk) -> OutboundEffect:
+    """One outbound effect (the write outbox) of a company the actor belongs to; others are a 404."""
+    try:
+        pk = int(pk)
+    except (TypeError, ValueError):
+        pk = -1
+    return scoped_get(OutboundEffect.objects.select_related("instance", "instance__company", "link"), actor, pk,
+                      "Outbound effect")
 
 
 def instance_list(*, company, params):
@@ -89,7 +107,9 @@ def instance_health(instance: ConnectorInstance) -> dict:
     retries = list(InboundEvent.objects.filter(instance=instance, status=EventStatus.FAILED)
                    .order_by("next_attempt_at").values("id", "idempotency_key", "external_task_id", "attempts",
                                                        "next_attempt_at", "error_category")[:50])
-    conflicts = Conflict.objects.filter(instance=instance, status=ConflictStatus.OPEN).count()
+    conflicts_by_kind = dict(Conflict.objects.filter(instance=instance, status=ConflictStatus.OPEN)
+                             .values("kind").annotate(n=Count("id")).values_list("kind", "n"))
+    conflicts = sum(conflicts_by_kind.values())
     errors = list(SyncError.objects.filter(instance=instance).order_by("-at", "-id")
                   .values("category", "message", "at", "link_id", "event_id")[:50])
     links = dict(TaskLink.objects.filter(instance=instance).values("status").annotate(n=Count("id"))
@@ -98,15 +118,25 @@ def instance_health(instance: ConnectorInstance) -> dict:
                 "lagSeconds": round((now - c.updated_at).total_seconds(), 1)}
                for c in SyncCursor.objects.filter(instance=instance).order_by("scope")]
     recent_error = errors[0] if errors else None
+    outbound = outbound_health(instance, now)
+    reason = ""
     if instance.status == InstanceStatus.PAUSED:
-        status = HealthStatus.PAUSED
-    elif recent_error and recent_error["category"] == "provider_auth" and \
-            (now - recent_error["at"]).total_seconds() < 3600:
-        status = HealthStatus.ERROR
-    elif queue["parked"] or queue["retries"] or links.get(LinkStatus.ERROR) or (
-            instance.provider_degraded_until and instance.provider_degraded_until > now) or (
-            recent_error and (now - recent_error["at"]).total_seconds() < 900):
+        status, reason = HealthStatus.PAUSED, instance.status_detail or "paused"
+    elif instance.auth_error_at:  # §13.1.2: until a write or poll succeeds or the credentials are rotated
+        status, reason = HealthStatus.ERROR, f"credentials failed: {instance.auth_error_detail or 'refused'}"
+    elif queue["parked"] or queue["retries"] or links.get(LinkStatus.ERROR) or outbound["parkedCount"] or (
+            outbound["retryingCount"]) or (instance.provider_degraded_until and instance.provider_degraded_until > now) \
+            or (recent_error and (now - recent_error["at"]).total_seconds() < 900):
         status = HealthStatus.DEGRADED
+        reason = "; ".join(text for text, on in (
+            (f"{queue['parked']} parked event(s)", queue["parked"]),
+            (f"{queue['retries']} inbound retries", queue["retries"]),
+            (f"{outbound['parkedCount']} parked outbound write(s)", outbound["parkedCount"]),
+            (f"{outbound['retryingCount']} outbound write(s) retrying", outbound["retryingCount"]),
+            (f"{links.get(LinkStatus.ERROR, 0)} link(s) in error", links.get(LinkStatus.ERROR)),
+            ("provider rate limit", instance.provider_degraded_until and instance.provider_degraded_until > now),
+            (f"recent {recent_error['category'] if recent_error else ''} error",
+             recent_error and (now - recent_error["at"]).total_seconds() < 900)) if on)
     else:
         status = HealthStatus.HEALTHY
     try:
@@ -117,6 +147,9 @@ def instance_health(instance: ConnectorInstance) -> dict:
         "connectorInstanceId": str(instance.pk),
         "providerKey": instance.provider_key,
         "status": status,
+        "statusReason": reason,
+        "authError": ({"at": instance.auth_error_at, "detail": instance.auth_error_detail}
+                      if instance.auth_error_at else None),
         "lastWebhookAt": instance.last_webhook_at,
         "lastPollAt": instance.last_poll_at,
         "lastReconcileAt": instance.last_reconcile_at,
@@ -133,6 +166,9 @@ def instance_health(instance: ConnectorInstance) -> dict:
                      "externalTaskId": r["external_task_id"], "attempts": r["attempts"],
                      "nextAttemptAt": r["next_attempt_at"], "errorCategory": r["error_category"]} for r in retries],
         "conflictCount": conflicts,
+        # §11.2 kinds: field, deletion, closure, routing (a route that does not resolve on a linked task) and
+        # policy (an edit the field policy keeps from the other side, §4.1.4)
+        "conflictsByKind": {kind: conflicts_by_kind.get(kind, 0) for kind in ConflictKind.values},
         "links": {s: links.get(s, 0) for s in LinkStatus.values},
         "cursors": cursors,
         "lastError": ({"category": recent_error["category"], "message": recent_error["message"],
@@ -140,7 +176,49 @@ def instance_health(instance: ConnectorInstance) -> dict:
         "errors": [{"category": e["category"], "message": e["message"], "at": e["at"],
                     "linkId": str(e["link_id"]) if e["link_id"] else None, "eventId": e["event_id"]} for e in errors],
         "capabilities": capabilities,
+        "outbound": outbound,
     }
+
+
+OUTBOUND_LISTED = 50
+
+
+def outbound_health(instance: ConnectorInstance, now=None) -> dict:
+    """§12.2 for the write outbox: pending writes (count, oldest, next due time), the scheduled retries
+    and the parked/failed writes an operator can replay (3 queries)."""
+    now = now or timezone.now()
+    agg = OutboundEffect.objects.filter(instance=instance).aggregate(
+        pending=Count("id", filter=Q(status=OutboundStatus.PENDING)),
+        retrying=Count("id", filter=Q(status=OutboundStatus.PENDING, attempts__gt=0)),
+        parked=Count("id", filter=Q(status=OutboundStatus.PARKED)),
+        failed=Count("id", filter=Q(status=OutboundStatus.FAILED)),
+        oldest=Min("created_at", filter=Q(status=OutboundStatus.PENDING)),
+        next_retry=Min("next_attempt_at", filter=Q(status=OutboundStatus.PENDING, attempts__gt=0)),
+        next_due=Min("next_attempt_at", filter=Q(status=OutboundStatus.PENDING)))
+    fields = ("id", "link_id", "kind", "source_id", "status", "attempts", "next_attempt_at", "last_attempt_at",
+              "parked_at", "error_category", "error_message", "created_at")
+    retries = OutboundEffect.objects.filter(instance=instance, status=OutboundStatus.PENDING, attempts__gt=0) \
+        .order_by("next_attempt_at", "id").values(*fields)[:OUTBOUND_LISTED]
+    stuck = OutboundEffect.objects.filter(instance=instance, status__in=(OutboundStatus.PARKED, OutboundStatus.FAILED)) \
+        .order_by("-id").values(*fields)[:OUTBOUND_LISTED]
+    return {
+        "pendingCount": agg["pending"], "retryingCount": agg["retrying"],
+        "parkedCount": agg["parked"], "failedCount": agg["failed"],
+        "oldestPendingAt": agg["oldest"],
+        "oldestPendingAgeSeconds": round((now - agg["oldest"]).total_seconds(), 1) if agg["oldest"] else None,
+        # the next retry of a write that failed (later writes of its link wait for it), else the next due write
+        "nextAttemptAt": agg["next_retry"] or agg["next_due"],
+        "retries": [_effect_row(r) for r in retries],
+        "replayable": [_effect_row(r) for r in stuck],
+    }
+
+
+def _effect_row(row: dict) -> dict:
+    return {"effectId": row["id"], "linkId": str(row["link_id"]), "kind": row["kind"], "sourceId": row["source_id"],
+            "status": row["status"], "attempts": row["attempts"], "nextAttemptAt": row["next_attempt_at"],
+            "lastAttemptAt": row["last_attempt_at"], "parkedAt": row["parked_at"],
+            "errorCategory": row["error_category"], "errorMessage": (row["error_message"] or "")[:500],
+            "createdAt": row["created_at"]}
 
 
 def link_claim_state(link: TaskLink) -> dict:
@@ -155,9 +233,15 @@ def link_claim_state(link: TaskLink) -> dict:
 
 
 def link_activity(*, link: TaskLink, params):
-    """§14.5: the audit entries of one link (imports, commands, conflicts, interventions)."""
+    """§14.5: the audit entries of one link, newest first (limit/offset): its own (imports, commands,
+    conflicts, interventions) and the rows of the issues it carried (the current one and those of its
+    handoff history) that an event applied through this link caused (``details.linkId``, written by
+    services/audit.py). Both are found through the indexed ``entity_id``."""
     from issues.models import ActivityLog
 
     limit, offset = list_window(params)
-    return ActivityLog.objects.filter(company_id=link.company_id, entity_type="connector_link",
-                                      entity_id=str(link.pk)).order_by("-created_at", "-id")[offset:offset + limit]
+    issue_ids = {str(link.issue_id), *(str(h.get("issueId")) for h in link.handoff_history or () if h.get("issueId"))}
+    caused = Q(entity_id__in=sorted(issue_ids), details__linkId=str(link.pk))
+    own = Q(entity_type="connector_link", entity_id=str(link.pk))
+    return ActivityLog.objects.filter(own | caused, company_id=link.company_id).order_by(
+        "-created_at", "-id")[offset:offset + limit]

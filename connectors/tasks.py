@@ -31,15 +31,16 @@ def reconcile_instance(instance_id: str):
 
 
 @shared_task(ignore_result=True, acks_late=True)
-def check_mapping(instance_id: str, changed: list, user_id: int | None = None):
-    """The state-mapping check after an instance update, off the request thread (provider calls)."""
+def check_mapping(instance_id: str, changed: list, user_id: int | None = None, trigger: str = "update"):
+    """The state-mapping check after an instance creation or update, off the request thread (provider calls)."""
     from django.contrib.auth import get_user_model
 
     from connectors.services.mapping_check import check_after_update
     from issues.actors import SYSTEM, Actor
 
     user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
-    check_after_update(actor=Actor(user=user) if user else SYSTEM, instance_id=instance_id, changed=set(changed))
+    check_after_update(actor=Actor(user=user) if user else SYSTEM, instance_id=instance_id, changed=set(changed),
+                       trigger=trigger)
 
 
 @shared_task(ignore_result=True, acks_late=True)
@@ -71,3 +72,12 @@ def sweep():
     for effect_id in effects_due():
         deliver_outbound.delay(effect_id)
     retention_prune()
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def restart_recovery():
+    """§13.2, queued by a Celery worker when it is ready: one recovery pass per instance (idempotent
+    across workers starting together)."""
+    from connectors.services.drain import restart_recover
+
+    restart_recover()

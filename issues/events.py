@@ -22,6 +22,11 @@ work_product_created_atomic = Signal()  # work_product, actor
 document_written_atomic = Signal()  # document, revision, actor
 run_finished = Signal()  # run
 sweep_ticked = Signal()  # now; sent synchronously by the periodic sweep; receivers return a report dict
+# The in-process worker (manage.py paperclip_worker) announces its life to the other apps: once at start
+# (restart recovery), then on every loop (work the embedded default has no broker for). Receivers return
+# a report dict; a failing receiver is logged and never stops the worker.
+worker_started = Signal()  # owner
+worker_ticked = Signal()  # now
 
 
 def announce(signal: Signal, **kwargs):

@@ -11,6 +11,7 @@ from issues.choices import TERMINAL_ISSUE_STATUSES
 from issues.exceptions import Forbidden, InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
 from issues.models import Agent, Approval, Comment, Document, HeartbeatRun, Issue, RunEvent
+from issues.operator_alerts import operator_alerts
 
 ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")
 
@@ -236,7 +237,8 @@ def company_dashboard(*, company) -> dict:
     pending = Interaction.objects.filter(company=company, status="pending").count()
     activity = list(ActivityLog.objects.filter(company=company).select_related("actor_agent", "actor_user")[:15])
     return {"agents": agents, "issues_by_status": by_status, "open_issues": sum(counts.values()),
-            "live_runs": live_runs, "pending_interactions": pending, "recent_activity": activity}
+            "live_runs": live_runs, "pending_interactions": pending, "recent_activity": activity,
+            "alerts": operator_alerts(company)}
 
 
 def assignable_agents(*, company):
@@ -734,6 +736,7 @@ def org_dashboard(*, company, now=None) -> dict:
         "budgets": {"activeIncidents": budget_stopped, "pendingApprovals": approvals["budget"],
                     "pausedAgents": budget_stopped, "pausedProjects": 0},
         "runActivity": list(runs.values()), "issueActivity": list(issues.values()), "recentIssues": recent,
+        "alerts": operator_alerts(company),  # registered by apps that depend on issues (connectors)
     }
 
 

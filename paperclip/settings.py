@@ -240,11 +240,30 @@ CONNECTORS = {
     "MAX_ATTEMPTS": 5,  # an event failing this often is parked
     "RETRY_BASE_SECONDS": env.float("PAPERCLIP_CONNECTOR_RETRY_BASE_SECONDS", default=5.0),
     "RETRY_MAX_SECONDS": 600.0,
+    # Outbound writes (§13.1.1): exponential backoff with jitter capped at OUTBOUND_RETRY_MAX_SECONDS,
+    # retried until the backoff schedule spans the horizon, then parked for an operator replay.
+    "OUTBOUND_RETRY_HORIZON_SECONDS": env.float("PAPERCLIP_CONNECTOR_OUTBOUND_RETRY_HORIZON_SECONDS",
+                                                default=24 * 3600.0),
+    "OUTBOUND_RETRY_MAX_SECONDS": env.float("PAPERCLIP_CONNECTOR_OUTBOUND_RETRY_MAX_SECONDS", default=1800.0),
+    # A claimed delivery whose worker died is retried after this (keep it above the adapters' timeout).
+    "OUTBOUND_DELIVERY_LEASE_SECONDS": env.float("PAPERCLIP_CONNECTOR_OUTBOUND_LEASE_SECONDS", default=120.0),
     # A pending event older than this was not kicked (or its worker died): the sweep applies it.
     "STALE_PENDING_SECONDS": env.int("PAPERCLIP_CONNECTOR_STALE_PENDING_SECONDS", default=60),
+    # With a broker, a stored webhook event is kicked through Celery on commit; without one (the embedded
+    # default) the request only verifies and stores and manage.py paperclip_worker drains the inbox.
+    "KICK_ON_COMMIT": env.bool("PAPERCLIP_CONNECTOR_KICK_ON_COMMIT", default=PAPERCLIP["KICK_ON_COMMIT"]),
+    # Workers starting within this many seconds of each other run one restart recovery pass (§13.2).
+    "RESTART_RECOVERY_GRACE_SECONDS": env.int("PAPERCLIP_CONNECTOR_RESTART_RECOVERY_GRACE_SECONDS", default=60),
     "SWEEP_BATCH": 500,
     "POLL_MAX_PAGES": 20,
     "STATE_BATCH": 100,  # external ids per batched state call during reconciliation
+    # Comment backstop (§7.1.2, §7.1.3): links whose comments each poll tick lists incrementally (and the
+    # pages per link), links whose complete listing each reconcile tick reads to repair edits/deletions.
+    "COMMENT_POLL_BATCH": env.int("PAPERCLIP_CONNECTOR_COMMENT_POLL_BATCH", default=50),
+    "COMMENT_POLL_MAX_PAGES": 5,
+    "COMMENT_RECONCILE_BATCH": env.int("PAPERCLIP_CONNECTOR_COMMENT_RECONCILE_BATCH", default=25),
+    "COMMENT_FULL_MAX_PAGES": 20,  # a longer thread is not complete: no deletion is concluded from it
+    "TRANSCRIPT_MAX_CHARS": env.int("PAPERCLIP_CONNECTOR_TRANSCRIPT_MAX_CHARS", default=4000),  # postTranscripts
     "PUBLIC_BASE_URL": env("PAPERCLIP_PUBLIC_URL", default="http://127.0.0.1:8000"),
     "EVENT_RETENTION_DAYS": env.int("PAPERCLIP_CONNECTOR_EVENT_RETENTION_DAYS", default=30),
 }

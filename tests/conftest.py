@@ -37,6 +37,15 @@ LOOPBACK_OUTBOUND = {"OUTBOUND_ALLOWED_HOSTS": ["127.0.0.1", "localhost", "::1"]
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _connector_kicks_eager():
+    """The suite applies a stored webhook right after its commit (kicks on, Celery eager), so a test
+    sees the effects of the delivery it posted. The embedded default (kicks off: the in-process worker
+    drains the inbox) is pinned by tests/test_connectors_embedded_worker.py."""
+    settings.CONNECTORS["KICK_ON_COMMIT"] = True
+    yield
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _loopback_outbound_allowed():
     settings.PAPERCLIP.update(LOOPBACK_OUTBOUND)
     os.environ["PAPERCLIP_OUTBOUND_ALLOWED_HOSTS"] = ",".join(LOOPBACK_OUTBOUND["OUTBOUND_ALLOWED_HOSTS"])

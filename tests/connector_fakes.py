@@ -112,7 +112,7 @@ class FakeTrackerAdapter(TaskSourceAdapter):
         return None if url.startswith("fake://") else "Must be a fake:// store URL."
     capabilities = Capabilities(
         operations=frozenset({"list_candidate_tasks", "get_task", "get_task_states", "list_comments",
-                              "verify_webhook", "post_comment", "set_backlink"}),
+                              "verify_webhook", "post_comment", "set_backlink", "create_task"}),
         state_categories=frozenset(StateCategory.ALL), signed_webhooks=True,
         routing_rule_kinds=frozenset({"comment_command", "custom_field", "label", "state_lane", "user_mapping",
                                       "default_route"}))
@@ -187,6 +187,13 @@ class FakeTrackerAdapter(TaskSourceAdapter):
             raw = self.store.tasks.get(ref.external_id)
             out[ref.external_id] = self._state(raw["state"])[0] if raw else None
         return out
+
+    def create_task(self, scope, projection):
+        """An export (§6.2.2): a new task in the store, as its listing and webhooks then show it."""
+        self.store.calls["create_task"] += 1
+        if scope != self.store.container:
+            raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, f"{scope} is not this tracker's container")
+        return self.normalize(self.store.add_task(title=projection["title"], body=projection.get("description") or ""))
 
     def list_comments(self, ref, cursor):
         self.store.calls["list_comments"] += 1

@@ -286,7 +286,7 @@ def test_manual_import_and_manual_link_with_divergence(api, company, django_capt
     assert linked.status_code == 200, linked.content
     link = TaskLink.objects.get(pk=linked.json()["linkId"])
     assert link.origin_side == "manual_link" and link.status == "conflict"
-    conflict = Conflict.objects.get(link=link)
+    conflict = Conflict.objects.get(link=link, field="title")  # every synced field is compared (§6.2.3)
     assert (conflict.field, conflict.external_value, conflict.paperclip_value) == (
         "title", "External wording", "Our wording")
     issue.refresh_from_db()

@@ -21,6 +21,7 @@ from connectors.models import (
     RoutingRule,
     SyncCursor,
     SyncError,
+    TaskExport,
     TaskLink,
 )
 from connectors.services import links as link_services
@@ -33,7 +34,7 @@ from tests.factories import AgentFactory, CompanyFactory, MembershipFactory, Pro
 from tests.test_cross_company import api_routes, assert_error_shape, fast_user
 
 MODELS = (ConnectorInstance, ConnectorSecret, TaskLink, LinkTransition, InboundEvent, SyncCursor, RoutingRule,
-          Conflict, SyncError, OutboundEffect, Intervention, Issue, Comment, ActivityLog)
+          Conflict, SyncError, OutboundEffect, Intervention, TaskExport, Issue, Comment, ActivityLog)
 
 
 def snapshot():
@@ -58,15 +59,18 @@ def build(prefix, capture):
     from tests.factories import IssueFactory
 
     issue2 = IssueFactory(company=company, title=f"{prefix} unlinked issue")
+    effect = OutboundEffect.objects.create(company=company, instance=instance, link=link, kind="comment",
+                                           source_id="xc:parked", status="parked", payload={"lines": ["x"]})
     return SimpleNamespace(company=company, agent=agent, raw_key=raw_key, run=run, project=project,
                            instance=instance, store=store, link=link, event=event, issue=link.issue, issue2=issue2,
-                           conflict=conflict)
+                           conflict=conflict, effect=effect)
 
 
 def ghost():
     new = SimpleNamespace
     return SimpleNamespace(company=new(pk=uuid.uuid4()), agent=new(pk=uuid.uuid4()), project=new(pk=uuid.uuid4()),
                            instance=new(pk=uuid.uuid4()), link=new(pk=uuid.uuid4()), event=new(pk=987654321),
+                           effect=new(pk=987654322),
                            conflict=new(pk=uuid.uuid4()),
                            issue=new(pk=uuid.uuid4(), identifier="ZZ-9999"),
                            issue2=new(pk=uuid.uuid4(), identifier="ZZ-9998"))
@@ -143,6 +147,8 @@ CASES = [
     Case("instance-credentials", "connector-credentials", "POST",
          lambda o, t: (f"/api/connectors/{s(t.instance)}/credentials", {**KEY, "credentials": {"value": "rotated-token"}})),
     Case("link-get", "connector-link-detail", "GET", lambda o, t: (f"/api/connector-links/{s(t.link)}", None)),
+    Case("link-patch", "connector-link-detail", "PATCH",
+         lambda o, t: (f"/api/connector-links/{s(t.link)}", {"closePolicy": "auto_close"})),
     Case("link-activity", "connector-link-activity", "GET",
          lambda o, t: (f"/api/connector-links/{s(t.link)}/activity", None)),
     Case("link-outbound", "connector-link-outbound", "GET",
@@ -156,6 +162,10 @@ CASES = [
          lambda o, t: (f"/api/connector-links/{s(t.link)}/unlink", KEY)),
     Case("event-replay", "connector-event-replay", "POST",
          lambda o, t: (f"/api/connector-events/{s(t.event)}/replay", KEY)),
+    Case("outbound-replay", "connector-outbound-replay", "POST",
+         lambda o, t: (f"/api/connector-outbound/{s(t.effect)}/replay", KEY)),
+    Case("instance-outbound-replay", "connector-outbound-replay-all", "POST",
+         lambda o, t: (f"/api/connectors/{s(t.instance)}/outbound/replay", KEY)),
     Case("conflict-get", "connector-conflict-detail", "GET",
          lambda o, t: (f"/api/connector-conflicts/{s(t.conflict)}", None)),
     Case("conflict-resolve", "connector-conflict-resolve", "POST",
@@ -164,6 +174,11 @@ CASES = [
          lambda o, t: (f"/api/issues/{s(t.issue)}/connector-links", None)),
     Case("issue-links[identifier]", "connector-issue-links", "GET",
          lambda o, t: (f"/api/issues/{t.issue.identifier}/connector-links", None)),
+    # export (§6.2.2): another company's issue, or another company's instance for an own issue
+    Case("issue-export", "connector-issue-links", "POST",
+         lambda o, t: (f"/api/issues/{s(t.issue2)}/connector-links", {**KEY, "instanceId": s(t.instance)})),
+    Case("issue-export-instanceId", "connector-issue-links", "POST",
+         lambda o, t: (f"/api/issues/{s(o.issue2)}/connector-links", {**KEY, "instanceId": s(t.instance)})),
 ]
 # The webhook is authenticated by the provider signature only; its boundary test is below.
 NOT_COMPANY_SCOPED = {"connector-webhook"}

@@ -226,7 +226,8 @@ def test_capabilities_and_registry():
     caps = adapter_class("linear").capabilities
     assert {"post_comment", "update_task_state", "set_fields", "set_backlink", "create_task"} <= caps.operations
     assert caps.signed_webhooks and caps.state_categories == frozenset(StateCategory.ALL)
-    assert caps.routing_rule_kinds == frozenset({"default_route", "custom_field", "label", "state_lane",
+    # Linear issues have no custom fields: custom_field routing is not declared (issue #16, §5.2)
+    assert caps.routing_rule_kinds == frozenset({"default_route", "label", "state_lane",
                                                  "comment_command", "user_mapping"})
 
 

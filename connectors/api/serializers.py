@@ -6,7 +6,7 @@ from paperclip.core.schema import NON_NULL_JSON
 
 from issues.api.serializers import IdField, StrictSerializer
 
-from ..choices import CommandPolicy, RoutingRuleKind, RunMode, SyncMode
+from ..choices import ClosePolicy, CommandPolicy, ReopenPolicy, RoutingRuleKind, RunMode, SyncMode
 from ..providers import base as providers
 
 
@@ -63,6 +63,9 @@ class InstanceConfigSerializer(StrictSerializer):
                                                      source="wake_on_external_comment")
     autoImport = serializers.BooleanField(required=False, source="auto_import")
     commandPolicy = serializers.ChoiceField(choices=CommandPolicy.choices, required=False, source="command_policy")
+    # §7.4: closure of a busy issue (a link may override it) and reopen of a closed one
+    closePolicy = serializers.ChoiceField(choices=ClosePolicy.choices, required=False, source="close_policy")
+    reopenPolicy = serializers.ChoiceField(choices=ReopenPolicy.choices, required=False, source="reopen_policy")
     routingAliases = serializers.DictField(child=serializers.CharField(), required=False, source="routing_aliases")
     pollIntervalSeconds = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False,
                                                    source="poll_interval_seconds")
@@ -127,6 +130,19 @@ class RoutingRuleSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
 
 
+class CapabilitiesSerializer(serializers.Serializer):
+    """§5.2 static capability declaration of the instance's provider (``Capabilities.as_dict``)."""
+
+    operations = serializers.ListField(child=serializers.CharField())
+    stateCategories = serializers.ListField(child=serializers.CharField())
+    signedWebhooks = serializers.BooleanField()
+    routingRuleKinds = serializers.ListField(child=serializers.CharField())
+    hasExternalKeys = serializers.BooleanField()
+    settableFields = serializers.ListField(child=serializers.CharField())
+    commandVerbs = serializers.ListField(child=serializers.CharField(),
+                                         help_text="§8.2 /paperclip verbs the connector accepts.")
+
+
 class InstanceSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     companyId = serializers.UUIDField(source="company_id")
@@ -145,6 +161,8 @@ class InstanceSerializer(serializers.Serializer):
     wakeOnExternalComment = serializers.BooleanField(source="wake_on_external_comment", allow_null=True)
     autoImport = serializers.BooleanField(source="auto_import")
     commandPolicy = serializers.CharField(source="command_policy")
+    closePolicy = serializers.ChoiceField(choices=ClosePolicy.choices, source="close_policy")
+    reopenPolicy = serializers.ChoiceField(choices=ReopenPolicy.choices, source="reopen_policy")
     routingAliases = serializers.JSONField(source="routing_aliases")
     pollIntervalSeconds = serializers.IntegerField(source="poll_interval_seconds")
     reconcileIntervalSeconds = serializers.IntegerField(source="reconcile_interval_seconds")
@@ -168,6 +186,7 @@ class InstanceSerializer(serializers.Serializer):
 
         return webhook_url(obj)
 
+    @extend_schema_field(CapabilitiesSerializer(allow_null=True))
     def get_capabilities(self, obj) -> dict | None:
         from ..services.common import adapter_class
 
@@ -197,6 +216,7 @@ class LinkSerializer(serializers.Serializer):
     originSide = serializers.CharField(source="origin_side")
     syncMode = serializers.CharField(source="sync_mode")
     runMode = serializers.CharField(source="run_mode")
+    closePolicy = serializers.CharField(source="close_policy", help_text="'' = the connector's closePolicy (§7.4).")
     fieldPolicy = serializers.JSONField(source="field_policy")
     writePolicy = serializers.JSONField(source="write_policy")
     baseSnapshot = serializers.JSONField(source="base_snapshot")
@@ -225,6 +245,14 @@ class LinkSerializer(serializers.Serializer):
 class LinkDetailSerializer(LinkSerializer):
     transitions = serializers.SerializerMethodField()
     dispatch = serializers.SerializerMethodField()
+    effectiveClosePolicy = serializers.SerializerMethodField()
+    reopenPolicy = serializers.ChoiceField(choices=ReopenPolicy.choices, source="instance.reopen_policy",
+                                           help_text="The connector's (§7.4); set on the connector.")
+
+    def get_effectiveClosePolicy(self, obj) -> str:
+        from ..services.close_reopen import close_policy_of
+
+        return close_policy_of(obj, obj.instance)
 
     def get_dispatch(self, obj) -> dict:
         """Symphony profile claim/run/retry/release state (§9.3, §12.3)."""
@@ -241,6 +269,12 @@ class LinkDetailSerializer(LinkSerializer):
 
     def get_openConflicts(self, obj) -> int:
         return obj.conflicts.filter(status="open").count()
+
+
+class LinkPatchSerializer(StrictSerializer):
+    closePolicy = serializers.ChoiceField(choices=[("", "the connector's"), *ClosePolicy.choices], allow_blank=True,
+                                          required=False, source="close_policy",
+                                          help_text="§7.4 for this link; '' follows the connector's closePolicy.")
 
 
 class ConflictSerializer(serializers.Serializer):
@@ -283,6 +317,8 @@ class EventSerializer(serializers.Serializer):
 class ActivitySerializer(serializers.Serializer):
     id = serializers.IntegerField()
     action = serializers.CharField()
+    entityType = serializers.CharField(source="entity_type")  # connector_link, or issue for a caused row
+    entityId = serializers.CharField(source="entity_id")
     actorType = serializers.CharField(source="actor_type")
     actorUserId = serializers.IntegerField(source="actor_user_id", allow_null=True)
     actorAgentId = serializers.UUIDField(source="actor_agent_id", allow_null=True)
@@ -318,5 +354,8 @@ class OutboundEffectSerializer(serializers.Serializer):
     nextAttemptAt = serializers.DateTimeField(source="next_attempt_at", allow_null=True)
     externalRef = serializers.CharField(source="external_ref")
     errorMessage = serializers.CharField(source="error_message")
+    errorCategory = serializers.CharField(source="error_category")
+    lastAttemptAt = serializers.DateTimeField(source="last_attempt_at", allow_null=True)
+    parkedAt = serializers.DateTimeField(source="parked_at", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     doneAt = serializers.DateTimeField(source="done_at", allow_null=True)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import agent_tools, setup_views, views, webhook
+from . import agent_tools, outbound_views, setup_views, views, webhook
 
 urlpatterns = [
     path("companies/<str:company_id>/connectors", views.CompanyConnectorsView.as_view(), name="connector-instances"),
@@ -25,6 +25,10 @@ urlpatterns = [
     path("connector-links/<str:link_id>/resync", views.LinkResyncView.as_view(), name="connector-link-resync"),
     path("connector-links/<str:link_id>/unlink", views.LinkUnlinkView.as_view(), name="connector-link-unlink"),
     path("connector-events/<str:event_id>/replay", views.EventReplayView.as_view(), name="connector-event-replay"),
+    path("connector-outbound/<str:effect_id>/replay", outbound_views.OutboundEffectReplayView.as_view(),
+         name="connector-outbound-replay"),
+    path("connectors/<str:instance_id>/outbound/replay", outbound_views.ConnectorOutboundReplayView.as_view(),
+         name="connector-outbound-replay-all"),
     path("connector-conflicts/<str:conflict_id>", views.ConflictDetailView.as_view(), name="connector-conflict-detail"),
     path("connector-conflicts/<str:conflict_id>/resolve", views.ConflictResolveView.as_view(),
          name="connector-conflict-resolve"),

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from issues.actors import actor_from_request
+from issues.api.serializers import ErrorSerializer
 from issues.api.views import ERRORS, LIST_PARAMS, parse
 from issues.filtersets import openapi_parameters
 from issues.models import Issue
@@ -19,6 +20,7 @@ from .. import selectors
 from ..filtersets import ConflictFilterSet, InboundEventFilterSet, TaskLinkFilterSet
 from ..services import instances as instance_services
 from ..services import interventions as iv
+from . import export_serializers as xs
 from . import serializers as s
 
 def _config(request, serializer_class):
@@ -185,6 +187,19 @@ class LinkDetailView(APIView):
         _, link = _link(request, link_id)
         return Response(s.LinkDetailSerializer(link).data)
 
+    @extend_schema(request=s.LinkPatchSerializer, responses={200: s.LinkDetailSerializer, **ERRORS},
+                   operation_id="connector_links_partial_update",
+                   description="Owners and admins: the link's own §7.4 close policy ('' follows the connector's). "
+                               "Audited when it changes; repeating a PATCH changes nothing.")
+    def patch(self, request, link_id):
+        from ..services.close_reopen import link_close_policy_set
+
+        actor, link = _link(request, link_id)
+        data = parse(s.LinkPatchSerializer, request)
+        if "close_policy" in data:
+            link = link_close_policy_set(actor=actor, link=link, close_policy=data["close_policy"])
+        return Response(s.LinkDetailSerializer(selectors.link_get(actor=actor, pk=link.pk)).data)
+
 
 class LinkActivityView(APIView):
     @extend_schema(parameters=LIST_PARAMS, responses={200: s.ActivitySerializer(many=True), **ERRORS},
@@ -234,6 +249,36 @@ class IssueConnectorLinksView(APIView):
         links = selectors.issue_links(actor=actor, issue_ref=issue_id)
         iv.require_board(actor)
         return Response(s.LinkSerializer(links, many=True).data)
+
+    @extend_schema(request=xs.ExportRequestSerializer,
+                   responses={201: xs.ExportSerializer, 200: xs.ExportSerializer, **ERRORS,
+                              502: ErrorSerializer, 503: ErrorSerializer},
+                   operation_id="issues_connector_links_export",
+                   description="Export (§6.2.2): create the issue's task in one of the instance's containers and "
+                               "link it (originSide=paperclip; Paperclip owns title/description/priority/labels/"
+                               "dueAt, state is shared). Board writers. Idempotent on idempotencyKey: a repeat of "
+                               "a linked export answers 200 with the same export and link, and a retry after a "
+                               "failed or lost answer looks for the task it created before creating one. 400 "
+                               "container/instanceId (capability_missing), 409 already_linked / connector_paused / "
+                               "export_in_progress / idempotency_key_reused, 502 (503 when rate-limited) when the "
+                               "provider did not create the task (the export is failed, nothing is linked).")
+    def post(self, request, issue_id):
+        from issues.selectors import scoped_get
+
+        from ..models import ConnectorInstance
+        from ..services.export import issue_export
+
+        actor = actor_from_request(request)
+        issue = get_by_ref(Issue.objects.all(), actor, issue_id, "Issue")
+        data = parse(xs.ExportRequestSerializer, request)
+        # another company's instance is a 404 for everyone, before the board-only check (as for issueId)
+        instance = scoped_get(ConnectorInstance.objects.filter(company_id=issue.company_id), actor,
+                              data["instanceId"], "Connector")
+        iv.require_board(actor)
+        outcome = issue_export(actor=actor, instance=instance, issue=issue, container=data.get("container"),
+                               idempotency_key=data["idempotencyKey"], reason=data["reason"])
+        return Response(xs.ExportSerializer(outcome).data,
+                        status=status.HTTP_201_CREATED if outcome.created else status.HTTP_200_OK)
 
 
 def _conflict(request, conflict_id):

@@ -15,7 +15,7 @@ from ..models import ConnectorInstance
 from ..providers.base import WebhookRejected, WebhookUnparseable
 from ..secrets import SecretUnavailable
 from ..services.common import conf, sync_error_record
-from ..services.intake import webhook_intake, webhook_rejected
+from ..services.intake import WebhookTaskNotLinked, webhook_intake, webhook_rejected
 
 log = logging.getLogger("connectors.webhook")
 
@@ -36,9 +36,13 @@ OPENAPI_OPERATION = {
     "description": "The raw body is verified against the provider's signature headers (e.g. "
                    "X-Hub-Signature-256, Linear-Signature, or the shared secret of a Jira webhook) before it "
                    "is parsed; no session, no API key and no CSRF token. Stored once per delivery id and "
-                   "applied by a worker. A Jira connector without a webhook secret accepts unsigned "
-                   "deliveries as unverified hints: the worker applies only what it reads back through the "
-                   "Jira API (GitHub and Linear connectors without a secret answer 401).",
+                   "applied by a worker, never inside this request. A Jira connector without a webhook secret "
+                   "accepts unsigned deliveries as unverified hints: the worker applies only what it reads back "
+                   "through the Jira API (GitHub and Linear connectors without a secret answer 401). A delivery "
+                   "that verifies but does not parse (provider schema drift) is stored raw and parked "
+                   "(202, status parked, a schema_drift health entry); an operator replays it after an upgrade "
+                   "(POST /api/connector-events/{id}/replay). A delivery that names no container, only its "
+                   "task, is accepted only when that task is linked on this connector (else 401).",
     "security": [],
     "parameters": [{"in": "path", "name": "instance_id", "required": True, "schema": {"type": "string"},
                     "description": "The connector instance id (UUID); anything else is a 404."}],
@@ -46,14 +50,20 @@ OPENAPI_OPERATION = {
                     "content": {"application/json": {"schema": {}},
                                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
     "responses": {
-        "202": {"description": "Stored (or already stored: duplicate) and queued.",
+        "202": {"description": "Stored (or already stored: duplicate) and queued (status pending); or, when "
+                               "the verified body did not parse, stored raw and parked (status parked, "
+                               "replayable).",
                 "content": {"application/json": {"schema": {
                     "type": "object", "required": ["eventId", "idempotencyKey", "status", "duplicate"],
                     "properties": {"eventId": {"type": "integer"}, "idempotencyKey": {"type": "string"},
                                    "status": {"type": "string", "enum": list(EventStatus.values)},
                                    "duplicate": {"type": "boolean"}}}}}},
-        "400": _error_response("webhook_unparseable: verified but not a payload of this provider."),
-        "401": _error_response("Signature missing or invalid, or not for this connector (nothing stored)."),
+        "400": _error_response("webhook_unparseable: nested deeper than PAPERCLIP_JSON_MAX_DEPTH, or unsigned "
+                               "(a Jira connector without a secret) and not a payload of this provider "
+                               "(nothing stored)."),
+        "401": _error_response("Signature missing or invalid, or not for this connector: another container "
+                               "(webhook_wrong_container) or an unlinked task named without a container "
+                               "(webhook_task_not_linked). Nothing stored."),
         "404": _error_response("No such connector instance."),
         "413": _error_response("payload_too_large: over CONNECTORS WEBHOOK_MAX_BODY_BYTES."),
         "503": _error_response("provider_unavailable / webhook_secret_unavailable."),
@@ -87,7 +97,8 @@ def webhook(request, instance_id):
         result = webhook_intake(instance=instance, body=body, headers=headers, url=request.build_absolute_uri())
     except WebhookRejected as exc:
         webhook_rejected(instance.pk, str(exc))
-        code = exc.category if exc.category != "provider_payload" else "webhook_wrong_container"
+        code = "webhook_task_not_linked" if isinstance(exc, WebhookTaskNotLinked) else \
+            exc.category if exc.category != "provider_payload" else "webhook_wrong_container"
         return _error(401, code, "Webhook rejected: signature missing or invalid, or not for this connector.")
     except WebhookUnparseable as exc:
         return _error(400, "webhook_unparseable", str(exc) or "Unparseable webhook payload.")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from issues.console.permissions import ACT_ON_WORK, has_role
+from issues.console.permissions import ACT_ON_WORK, ADMIN, has_role
 
-from . import selectors
+from . import capabilities, selectors
 from .views import new_key
 
 
@@ -26,6 +26,8 @@ def issue_link_panel(request, issue):
         return None
     for entry in surface:
         entry["form_key"] = new_key()
+        entry["offers"] = capabilities.link_offers(entry["link"].provider_key)  # §5.2: only what it can do
     return "connectors/_issue_link_panel.html", {
         "links": surface, "act": has_role(request, issue.company_id, ACT_ON_WORK),
+        "manage": has_role(request, issue.company_id, ADMIN),  # link settings (§7.4 close policy)
         "next": reverse("console:issue-detail", args=[issue.identifier]) + "#link-panel"}

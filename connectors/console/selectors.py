@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from connectors.choices import (
     ConflictStatus,
-    ErrorCategory,
     EventStatus,
     HealthStatus,
     InstanceStatus,
@@ -25,12 +24,12 @@ from connectors.selectors import instance_health, link_claim_state
 from issues.console.issues import revision_diff
 
 PARKED_SHOWN = 50
-AUTH_ERROR_WINDOW = timedelta(hours=1)  # as connectors.selectors.instance_health
+AUTH_ERROR_WINDOW = timedelta(hours=1)  # how far back the list looks for errors
 RECENT_ERROR_WINDOW = timedelta(minutes=15)
 
 
 def instances_overview(company) -> list[dict]:
-    """Every instance of ``company`` with its computed health status and counters (5 queries)."""
+    """Every instance of ``company`` with its computed health status and counters (6 queries)."""
     now = timezone.now()
     instances = list(ConnectorInstance.objects.filter(company=company).order_by("name"))
     ids = [i.pk for i in instances]
@@ -42,6 +41,10 @@ def instances_overview(company) -> list[dict]:
                   oldest=Min("received_at", filter=Q(status__in=UNFINISHED_EVENT_STATUSES)))}
     conflicts = dict(Conflict.objects.filter(instance_id__in=ids, status=ConflictStatus.OPEN)
                      .values("instance_id").annotate(n=Count("id")).values_list("instance_id", "n"))
+    outbound = {row["instance_id"]: row for row in OutboundEffect.objects.filter(
+        instance_id__in=ids, status__in=(OutboundStatus.PENDING, OutboundStatus.PARKED)).values("instance_id")
+        .annotate(retrying=Count("id", filter=Q(status=OutboundStatus.PENDING, attempts__gt=0)),
+                  parked=Count("id", filter=Q(status=OutboundStatus.PARKED)))}
     links = {}
     for instance_id, status, n in (TaskLink.objects.filter(instance_id__in=ids).values("instance_id", "status")
                                    .annotate(n=Count("id")).values_list("instance_id", "status", "n")):
@@ -58,9 +61,10 @@ def instances_overview(company) -> list[dict]:
         last_error_at = max(errs.values()) if errs else None
         if instance.status == InstanceStatus.PAUSED:
             status = HealthStatus.PAUSED
-        elif ErrorCategory.PROVIDER_AUTH in errs and _latest_is_auth(errs):
+        elif instance.auth_error_at:  # §13.1.2, as connectors.selectors.instance_health
             status = HealthStatus.ERROR
-        elif ev["parked"] or ev["retries"] or links.get(instance.pk, {}).get(LinkStatus.ERROR) or (
+        elif ev["parked"] or ev["retries"] or links.get(instance.pk, {}).get(LinkStatus.ERROR) or any(
+                (outbound.get(instance.pk) or {}).get(k) for k in ("retrying", "parked")) or (
                 instance.provider_degraded_until and instance.provider_degraded_until > now) or (
                 last_error_at and now - last_error_at < RECENT_ERROR_WINDOW):
             status = HealthStatus.DEGRADED
@@ -78,11 +82,6 @@ def instances_overview(company) -> list[dict]:
     return rows
 
 
-def _latest_is_auth(errs: dict) -> bool:
-    """instance_health calls it ``error`` when the most recent entry (within the hour) is an auth one."""
-    return max(errs, key=errs.get) == ErrorCategory.PROVIDER_AUTH
-
-
 def health_page(instance: ConnectorInstance) -> dict:
     """The §12.2 surface of one instance: ConnectorHealth plus parked events and the fingerprint the
     poller compares to decide whether anything changed."""
@@ -90,25 +89,23 @@ def health_page(instance: ConnectorInstance) -> dict:
     parked = list(InboundEvent.objects.filter(instance=instance, status=EventStatus.PARKED)
                   .order_by("-id").only("id", "kind", "action", "external_task_id", "attempts", "error_category",
                                         "error_message", "last_attempt_at", "received_at")[:PARKED_SHOWN])
-    outbound = dict(OutboundEffect.objects.filter(instance=instance, status__in=(OutboundStatus.PENDING,
-                                                                                 OutboundStatus.FAILED))
-                    .values("status").annotate(n=Count("id")).values_list("status", "n"))
-    return {"health": health, "parked": parked, "outbound": outbound,
+    outbound = health["outbound"]  # pending writes, scheduled retries, parked/failed (replayable)
+    return {"health": health, "parked": parked, "outbound": outbound, "now": timezone.now(),
             "fingerprint": health_fingerprint(health, parked, outbound)}
 
 
 def health_fingerprint(health: dict, parked, outbound) -> str:
     """A digest of everything shown except ages that move with the clock."""
-    stable = {k: v for k, v in health.items() if k not in ("oldestPendingAgeSeconds", "cursors")}
+    stable = {k: v for k, v in health.items() if k not in ("oldestPendingAgeSeconds", "cursors", "outbound")}
     stable["cursors"] = [(c["scope"], c["cursor"], c["updatedAt"]) for c in health["cursors"]]
     stable["parked"] = [p.pk for p in parked]
-    stable["outbound"] = outbound
+    stable["outbound"] = {k: v for k, v in outbound.items() if k != "oldestPendingAgeSeconds"}
     return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def is_quiet(health: dict) -> bool:
-    """Nothing is in flight: no pending event and no scheduled retry."""
-    return not health["queueDepth"] and not health["retryCount"]
+    """Nothing is in flight: no pending event, no scheduled retry, no pending outbound write."""
+    return not health["queueDepth"] and not health["retryCount"] and not health["outbound"]["pendingCount"]
 
 
 # --- conflicts ------------------------------------------------------------------------------------
@@ -181,8 +178,7 @@ def issue_link_surface(issue) -> list[dict]:
                           parked=Count("id", filter=Q(status=EventStatus.PARKED)),
                           next_due=Min("next_attempt_at", filter=Q(status=EventStatus.FAILED)))):
         events[(row["instance_id"], row["external_task_id"])] = row
-    outbound = dict(OutboundEffect.objects.filter(link_id__in=ids, status__in=(OutboundStatus.PENDING,
-                                                                               OutboundStatus.FAILED))
+    outbound = dict(OutboundEffect.objects.filter(link_id__in=ids, status=OutboundStatus.PENDING)
                     .values("link_id").annotate(n=Count("id")).values_list("link_id", "n"))
     surface = []
     active = [link for link in links if link.status != LinkStatus.UNLINKED]

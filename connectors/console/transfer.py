@@ -22,6 +22,7 @@ PLAIN = {  # document key -> model field
     "commandPolicy": "command_policy", "pollIntervalSeconds": "poll_interval_seconds",
     "reconcileIntervalSeconds": "reconcile_interval_seconds", "reconcileBatchSize": "reconcile_batch_size",
     "serviceAccountId": "service_account_id", "serviceAccountName": "service_account_name",
+    "closePolicy": "close_policy", "reopenPolicy": "reopen_policy",
 }
 NAMED = {"project": (Project, "name"), "goal": (Goal, "title"), "triageAgent": (Agent, "name")}
 KNOWN = {"name", "provider", "credentials", "webhookSecret", "routingAliases", "routingRules", *PLAIN, *NAMED}

@@ -49,7 +49,7 @@ from issues.console.permissions import (
 from issues.exceptions import ApiError, Conflict as ConflictError, NotFound
 from issues.selectors import scoped_get
 
-from . import selectors
+from . import capabilities, selectors
 
 MANAGE_CONNECTORS = ADMIN
 POLL_EVERY = "5s"
@@ -119,7 +119,8 @@ def _health_context(request, instance, *, idle: int = 0) -> dict:
     data = selectors.health_page(instance)
     return {"company": instance.company, "instance": instance, **data, "flags": _flags(request, instance.company),
             "idle": idle, "poll_every": POLL_EVERY, "live": True, "form_key": new_key(),
-            "routing_rules": list(instance.routing_rules.select_related("target_agent").order_by("order", "id"))}
+            "routing_rules": list(instance.routing_rules.select_related("target_agent").order_by("order", "id")),
+            "capabilities": capabilities.instance_capabilities(instance)}
 
 
 @console_page
@@ -215,6 +216,10 @@ def link_action(request, link_id, action):
     if action not in LINK_ACTIONS:
         raise NotFound("No such action.")
     link = _link(request, link_id)
+    if not capabilities.link_offers(link.provider_key).get(action, True):  # hidden on the page; refused here too
+        messages.error(request, f"The {link.provider_key} connector cannot "
+                                f"{capabilities.WHAT[capabilities.LINK_ACTIONS[action]]}.")
+        return HttpResponseRedirect(safe_next(request, _issue_url(link)))
     service, success = LINK_ACTIONS[action]
     success = success.format(key=link.external_key or link.external_task_id)
     redirect_to = safe_next(request, _issue_url(link))
@@ -282,10 +287,23 @@ def conflict_list(request):
                        query=request.GET.urlencode(), actions=ACTION_LABELS, text_fields=TEXT_FIELDS)
         for row in context["rows"]:
             row["form_key"] = new_key()
+            row["keep_paperclip_gap"] = capabilities.keep_paperclip_gap(row["conflict"])  # §5.2: hide, explain
     # Only the filter form swaps the rows alone; other htmx requests (e.g. the queue page an action
     # redirects to) get the whole page and select what they need from it.
     partial = "connectors/_conflict_rows.html" if request.headers.get("HX-Trigger") == FILTER_FORM_ID else None
     return render_page(request, "connectors/conflict_list.html", partial, context)
+
+
+def _explained(conflict, action: str) -> str:
+    """What the action will do to this conflict: routing entries decide the assignee, not a field value."""
+    if conflict.kind == ConflictKind.ROUTING:
+        from connectors.services.routing_conflicts import ACTION_MEANING
+
+        return ACTION_MEANING[action]
+    gap = capabilities.keep_paperclip_gap(conflict) if action == ConflictAction.KEEP_PAPERCLIP else ""
+    if gap:
+        return f"{gap}: the Paperclip value is kept here and nothing is written to the tracker."
+    return ACTION_EXPLAINED[action]
 
 
 def _merged_value(conflict, raw: str):
@@ -320,7 +338,7 @@ def conflict_resolve_view(request, conflict_id):
         row = selectors.conflict_rows([conflict])[0]
         return render_page(request, "connectors/conflict_confirm.html", None, {
             "company": conflict.company, "row": row, "conflict": conflict, "action": action,
-            "action_label": ACTION_LABELS[action], "explained": ACTION_EXPLAINED[action],
+            "action_label": ACTION_LABELS[action], "explained": _explained(conflict, action),
             "merged_value": merged if merged is not None else row["paperclip"],
             "form_key": _key(request), "next": back, "in_queue": wants_partial(request),
             "expected_status": request.POST.get("expected_status") or ConflictStatus.OPEN})

@@ -124,10 +124,15 @@ class ExternalComment:
 
 @dataclass(frozen=True)
 class Page:
-    """One page of a listing. ``cursor`` is provider-opaque; ``None`` means no further page now."""
+    """One page of a listing. ``cursor`` is provider-opaque; ``None`` means no further page now.
+
+    ``skipped``: records of this page the adapter could not normalize (schema drift, §13.1.8), each
+    ``{"recordId": ..., "recordKey": ..., "reason": ...}``. They are left out of ``items`` but the
+    cursor still moves past them, so one malformed record never stalls the listing."""
 
     items: list
     cursor: str | None
+    skipped: list = field(default_factory=list)
 
 
 class EventKind:
@@ -157,17 +162,26 @@ class VerifiedEvent:
     task: ExternalTask | None = None
     comment: ExternalComment | None = None
     actor: ExternalActor | None = None
+    # The container the payload names. ``None`` when the payload does not say (e.g. a comment
+    # removal that names only its task): the engine then accepts it only for a task already linked
+    # on this instance (§7.1.1). A payload that names another container is rejected by the adapter.
     container_id: str | None = None
     trusted_content: bool = True
+    # Further events the same delivery carries (a Jira issue update that carries a comment): each
+    # is stored as its own inbox row, after this one, under its own ``event_id``.
+    carried: tuple["VerifiedEvent", ...] = ()
 
 
 @dataclass(frozen=True)
 class WebhookRequest:
-    """The raw request the endpoint hands to ``verify_webhook``: exact body bytes, lower-cased headers."""
+    """The raw request the endpoint hands to ``verify_webhook``: exact body bytes, lower-cased headers.
+    ``received_at`` (epoch seconds): when the delivery arrived, for a stored delivery verified again
+    later (a replay): timestamp checks measure against it instead of the clock."""
 
     body: bytes
     headers: Mapping[str, str]
     url: str = ""
+    received_at: float | None = None
 
 
 class WebhookRejected(ProviderError):
@@ -184,6 +198,11 @@ class WebhookUnparseable(ProviderError):
         super().__init__(ErrorCategory.PROVIDER_PAYLOAD, message)
 
 
+# §8.2 strict comment command verbs. The engine parses and executes them for every provider
+# (connectors.services.commands), and every adapter's capability metadata lists them: one list.
+COMMAND_VERBS = ("assign", "status", "pause", "resume")
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """§5.2 static capability declaration, read by the console and the API."""
@@ -195,11 +214,13 @@ class Capabilities:
     has_external_keys: bool = True
     # Paperclip fields ``set_fields`` can write (a Paperclip-side edit of another one is never pushed).
     settable_fields: frozenset[str] = frozenset({"title", "description"})
+    command_verbs: tuple[str, ...] = COMMAND_VERBS  # §8.2: "all verbs MUST be listed in capability metadata"
 
     def as_dict(self) -> dict:
         return {"operations": sorted(self.operations), "stateCategories": sorted(self.state_categories),
                 "signedWebhooks": self.signed_webhooks, "routingRuleKinds": sorted(self.routing_rule_kinds),
-                "hasExternalKeys": self.has_external_keys, "settableFields": sorted(self.settable_fields)}
+                "hasExternalKeys": self.has_external_keys, "settableFields": sorted(self.settable_fields),
+                "commandVerbs": list(self.command_verbs)}
 
 
 @dataclass(frozen=True)
@@ -213,6 +234,9 @@ class AdapterConfig:
     webhook_secret: str | None = None  # resolved secret
     service_account_id: str | None = None  # the connector's own provider user id (echo suppression)
     timeout: float = 10.0
+    # Ids of the provider custom fields the instance's ``custom_field`` routing rules read (§8.1): an
+    # adapter that fetches fields by name (Jira) requests them, and ``envelope["customFields"]`` holds them.
+    custom_fields: tuple[str, ...] = ()
 
 
 class TaskSourceAdapter:
@@ -220,6 +244,9 @@ class TaskSourceAdapter:
 
     provider_key: ClassVar[str]
     capabilities: ClassVar[Capabilities]
+    # The request header carrying the provider's delivery id (lower-case), if it sends one: the inbox
+    # key of a delivery that verifies but does not parse (else a content hash, as ``event_id``).
+    delivery_id_header: ClassVar[str] = ""
 
     def __init__(self, config: AdapterConfig):
         self.config = config
@@ -235,6 +262,12 @@ class TaskSourceAdapter:
     def list_candidate_tasks(self, scope: str, cursor: str | None) -> Page:
         """One page of tasks in container ``scope`` changed since ``cursor`` (items: ExternalTask)."""
         raise NotImplementedError
+
+    def since_cursor(self, scope: str, since: datetime) -> str | None:
+        """A ``list_candidate_tasks`` cursor that starts at the tasks updated at or after ``since`` (a
+        bounded look for a task created then, e.g. an export retried after a lost answer); ``None``
+        when this provider's cursors cannot say it (the listing then starts at the beginning)."""
+        return None
 
     # Lookups take an ExternalTaskRef (stable id + human key as stored on the link): some
     # providers address tasks by key (GitHub "owner/repo#12", Jira "ABC-1"), others by id.
@@ -257,6 +290,12 @@ class TaskSourceAdapter:
 
     def validate_state_mapping(self, mapping: Mapping[str, Any]) -> dict[str, list[str]]:
         """Field -> reasons for a bad mapping (empty when valid)."""
+        return {}
+
+    @classmethod
+    def routing_match_errors(cls, kind: str, match: Mapping[str, Any]) -> dict[str, list[str]]:
+        """Provider-specific checks of a routing rule's ``match`` (key -> reasons; empty when valid), e.g.
+        how this provider names custom fields. The kind is already one of ``routing_rule_kinds``."""
         return {}
 
     def workflow_metadata(self, scope: str) -> Mapping[str, Any] | None:
@@ -289,6 +328,16 @@ class TaskSourceAdapter:
         raise NotImplementedError
 
     def set_backlink(self, ref: ExternalTaskRef, paperclip_url: str) -> None:
+        raise NotImplementedError
+
+    # --- §6.3 optional read --------------------------------------------------------------------
+    def find_backlinks(self, ref: ExternalTaskRef) -> list[str]:
+        """The Paperclip URLs of the backlinks the task carries, exactly as :meth:`set_backlink` writes
+        them (a marked comment, a marked attachment, a remote link with the Paperclip global id), in
+        the provider's order; ``[]`` when there is none. Only our own format counts: a comment that
+        merely quotes a Paperclip URL is not a backlink. Declared as ``find_backlinks`` in
+        ``Capabilities.operations``; the engine's dedupe (§6.3 step 2) reads it before it imports a
+        task that was linked before. Raises ProviderError like any read."""
         raise NotImplementedError
 
 

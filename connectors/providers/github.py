@@ -130,12 +130,13 @@ from .http import (
     json_body,
     lower_headers,
     maybe_json,
-    normalize_all,
+    normalize_each,
     note_envelope,
     required_title,
     retry_after,
     scan_rows,
     signature_matches,
+    skipped_record,
     status_error,
     webhook_event_id,
     webhook_json,
@@ -149,6 +150,7 @@ USER_AGENT = "paperclip-connector-github/1.0"
 PER_PAGE = 100
 GRAPHQL_BATCH = 100
 BACKLINK_MARKER = "<!-- paperclip:backlink -->"
+_BACKLINK_RE = re.compile(r"\A<!-- paperclip:backlink -->\r?\nTracked in Paperclip: (\S+)\s*\Z")
 CLOSED_REASONS = ("completed", "not_planned", "duplicate")
 ISSUE_ACTIONS_DELETE = {"deleted", "transferred"}
 
@@ -211,6 +213,7 @@ def _label_pairs(value) -> list[tuple[Any, Any]]:
 @register
 class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
     provider_key = "github_issues"
+    delivery_id_header = "x-github-delivery"
     capabilities = Capabilities(
         operations=ALL_OPERATIONS,
         state_categories=frozenset(StateCategory.ALL),
@@ -425,8 +428,9 @@ class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
             out["next"] = state["next"]
         return json.dumps(out, separators=(",", ":"))
 
-    def _page(self, state: dict, first_url: str, params: dict, path_suffix: str):
-        """Fetch one listing page; returns (new raw items, next state, advanced?)."""
+    def _page(self, state: dict, first_url: str, params: dict, path_suffix: str, bad: list | None = None):
+        """Fetch one listing page; returns (new raw items, next state, advanced?). With ``bad`` (a list),
+        rows without an id are reported there instead of failing the page."""
         if state.get("next"):
             response = self._request("GET", state["next"])
         else:
@@ -440,7 +444,10 @@ class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
         keyed = []
         for row in rows:
             if not isinstance(row, Mapping) or "id" not in row:
-                raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "GitHub listing row without an id.")
+                if bad is None:
+                    raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "GitHub listing row without an id.")
+                bad.append(skipped_record(row, "GitHub listing row without an id."))
+                continue
             keyed.append((str(row["id"]), _utc(row.get("updated_at")), row))
         # GitHub's since is inclusive: the high water is the next since, its ids the next seen.
         fresh, since, seen = scan_rows(keyed, state["since"], state["seen"], state["since"], state["seen"], fmt=_iso)
@@ -456,10 +463,14 @@ class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
         repo = self._scope(scope)
         state = self._decode_cursor(cursor, repo, "/issues")
         params = {"state": "all", "sort": "updated", "direction": "asc", "per_page": self.per_page}
-        rows, new_state, advanced = self._page(state, self._url(f"/repos/{repo}/issues"), params, "/issues")
-        tasks = normalize_all(self.normalize_issue, [row for row in rows if "pull_request" not in row],
-                              "GitHub issue in listing")
-        return Page(items=tasks, cursor=self._encode_cursor(new_state) if advanced else None)
+        skipped: list[dict] = []
+        rows, new_state, advanced = self._page(state, self._url(f"/repos/{repo}/issues"), params, "/issues",
+                                               bad=skipped)
+        # One malformed issue is reported and left out; the rest of the page and the cursor go on (§13.1.8).
+        tasks, malformed = normalize_each(self.normalize_issue, [row for row in rows if "pull_request" not in row],
+                                          "GitHub issue in listing", key_of=lambda row: f"{repo}#{row.get('number')}")
+        return Page(items=tasks, cursor=self._encode_cursor(new_state) if advanced else None,
+                    skipped=skipped + malformed)
 
     def get_task(self, ref: ExternalTaskRef) -> ExternalTask:
         repo, number = self._ref_target(ref)
@@ -528,10 +539,14 @@ class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
     def list_comments(self, ref: ExternalTaskRef, cursor: str | None) -> Page:
         repo, number = self._ref_target(ref)
         state = self._decode_cursor(cursor, f"{repo}#{number}", "/comments")
+        skipped: list[dict] = []
         rows, new_state, advanced = self._page(state, self._url(f"/repos/{repo}/issues/{number}/comments"),
-                                               {"per_page": self.per_page}, "/comments")
-        comments = normalize_all(lambda row: self.normalize_comment(row, ref.external_id), rows, "GitHub comment")
-        return Page(items=comments, cursor=self._encode_cursor(new_state) if advanced else None)
+                                               {"per_page": self.per_page}, "/comments", bad=skipped)
+        # one malformed comment is reported and left out; the rest and the cursor go on (§13.1.8)
+        comments, malformed = normalize_each(lambda row: self.normalize_comment(row, ref.external_id), rows,
+                                             "GitHub comment")
+        return Page(items=comments, cursor=self._encode_cursor(new_state) if advanced else None,
+                    skipped=skipped + malformed)
 
     def verify_webhook(self, request: WebhookRequest) -> VerifiedEvent:
         headers = lower_headers(request.headers)
@@ -709,17 +724,35 @@ class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
         """One comment carrying ``<!-- paperclip:backlink -->``: edited in place when it exists."""
         repo, number = self._ref_target(ref)
         text = f"{BACKLINK_MARKER}\nTracked in Paperclip: {paperclip_url}"
+        for comment in self._all_comments(repo, number):
+            if isinstance(comment, Mapping) and _BACKLINK_RE.match(comment.get("body") or ""):
+                if comment.get("body") != text:
+                    self._request("PATCH", self._url(f"/repos/{repo}/issues/comments/{comment['id']}"),
+                                  json_body={"body": text})
+                return
+        self._request("POST", self._url(f"/repos/{repo}/issues/{number}/comments"), json_body={"body": text})
+
+    def find_backlinks(self, ref: ExternalTaskRef) -> list[str]:
+        """The comments in exactly the format :meth:`set_backlink` writes (a mirrored comment that
+        quotes the marker has an attribution line first and does not count)."""
+        repo, number = self._ref_target(ref)
+        found = []
+        for comment in self._all_comments(repo, number):
+            match = _BACKLINK_RE.match(comment.get("body") or "") if isinstance(comment, Mapping) else None
+            if match:
+                found.append(match.group(1))
+        return found
+
+    def _all_comments(self, repo: str, number: int):
+        """Every comment of the issue, oldest first, following ``Link rel=next`` on this host only."""
         url = self._url(f"/repos/{repo}/issues/{number}/comments")
         params: dict | None = {"per_page": self.per_page}
         while url:
             response = self._request("GET", url, params=params)
-            for comment in self._json(response) or []:
-                if BACKLINK_MARKER in (comment.get("body") or ""):
-                    if comment.get("body") != text:
-                        self._request("PATCH", self._url(f"/repos/{repo}/issues/comments/{comment['id']}"),
-                                      json_body={"body": text})
-                    return
+            rows = self._json(response)
+            if not isinstance(rows, list):
+                raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "GitHub comment listing is not a JSON array.")
+            yield from rows
             url, params = (response.links.get("next") or {}).get("url"), None
             if url and not self._same_origin(url):
                 raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "GitHub pagination link points at another host.")
-        self._request("POST", self._url(f"/repos/{repo}/issues/{number}/comments"), json_body={"body": text})

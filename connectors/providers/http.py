@@ -33,7 +33,7 @@ DEFAULT_RETRY_AFTER = 60.0  # seconds, when a rate-limited response does not say
 ALL_OPERATIONS = frozenset({
     "list_candidate_tasks", "get_task", "get_task_states", "list_comments", "verify_webhook",
     "validate_state_mapping", "create_task", "update_task_state", "post_comment", "set_fields",
-    "set_backlink",
+    "set_backlink", "find_backlinks",
 })
 
 
@@ -100,6 +100,11 @@ class HttpClientMixin:
         if self._client is not None and self._owns_client:
             self._client.close()
             self._client = None
+
+    def since_cursor(self, scope: str, since: datetime) -> str | None:
+        """The keyset cursor (GitHub's, Jira's and Linear's share the shape) starting at ``since``."""
+        return json.dumps({"v": 1, "scope": scope, "since": since.astimezone(timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"), "seen": []}, separators=(",", ":"))
 
     def _send(self, method: str, url: str, what: str, **kwargs) -> httpx.Response:
         """Send; transport failures (connect, timeout, protocol) become ``provider_request``."""
@@ -213,6 +218,30 @@ def normalize_all(normalize: Callable[[Any], Any], rows: Iterable[Any], what: st
         return [normalize(row) for row in rows]
     except (KeyError, TypeError, ValueError) as exc:
         raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, f"Malformed {what}: {exc!r}") from exc
+
+
+def normalize_each(normalize: Callable[[Any], Any], rows: Iterable[Any], what: str,
+                   key_of: Callable[[Mapping], Any] = lambda row: None) -> tuple[list, list[dict]]:
+    """Normalize the rows one by one (§13.1.8): a malformed one is left out and reported as
+    ``{"recordId", "recordKey", "reason"}`` instead of failing the whole page -> (items, skipped)."""
+    items, skipped = [], []
+    for row in rows:
+        try:
+            items.append(normalize(row))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            skipped.append(skipped_record(row, f"Malformed {what}: {exc!r}", key_of))
+    return items, skipped
+
+
+def skipped_record(row: Any, reason: str, key_of: Callable[[Mapping], Any] = lambda row: None) -> dict:
+    """The report of a listing record that was not normalized (its id and key when it has them)."""
+    record_id = row.get("id") if isinstance(row, Mapping) else None
+    try:
+        key = key_of(row) if isinstance(row, Mapping) else None
+    except Exception:  # noqa: BLE001 — the key is a courtesy for the health entry
+        key = None
+    return {"recordId": None if record_id is None else str(record_id)[:200],
+            "recordKey": None if key is None else str(key)[:200], "reason": reason[:500]}
 
 
 def check_categories(add: Callable[[str, str], None], prefix: str, value: Any, *, shape: str,

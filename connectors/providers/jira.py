@@ -19,6 +19,11 @@ in ``envelope["descriptionAdf"]`` (§5.3). Older webhook generations carry wiki-
 unescaped best-effort (``envelope["descriptionFormat"] = "wiki"``, marked lossy). Mentions become the
 plain display name. Labels lowercased; ``duedate`` -> ``due_at`` (00:00 UTC); ``revision`` = ``updated``.
 ``blocked_by`` comes from ``issuelinks`` of type *Blocks* (inward, "is blocked by").
+Custom fields are read by id (``customfield_10010``): the ids the instance's ``custom_field`` routing rules
+name (``AdapterConfig.custom_fields``) are requested with every read and kept as
+``envelope["customFields"] = {id: text | [texts]}`` (select options by their value, users by display name,
+ADF paragraphs as plain text; see :mod:`connectors.providers.custom_fields`). Webhooks carry every field;
+only those ids are kept, so both channels give the same map.
 
 State and priority mapping (configuration, not code)
 ----------------------------------------------------
@@ -64,7 +69,10 @@ hint* (``trusted_content=False``: the engine applies only what it reads back thr
 ``X-Atlassian-Webhook-Identifier`` (stable across retries), else ``sha256:<content hash>``.
 ``jira:issue_created``/``jira:issue_updated`` -> TASK_UPSERTED, ``jira:issue_deleted`` -> TASK_DELETED,
 ``comment_created``/``comment_updated`` -> COMMENT_UPSERTED, ``comment_deleted`` -> COMMENT_DELETED,
-anything else IGNORED. A project that is not a container is rejected (``provider_payload``).
+anything else IGNORED. A ``jira:issue_updated`` whose ``issue_event_type_name`` is ``issue_commented`` /
+``issue_comment_edited`` / ``issue_comment_deleted`` also carries ``comment``: the event carries a second one
+(``VerifiedEvent.carried``, ``event_id`` ``<delivery>:comment:<comment id>``) so the task update and the
+comment both apply. A project that is not a container is rejected (``provider_payload``).
 Late / repeated deliveries are fine: ids are stable, and ``occurred_at`` is the payload ``timestamp``.
 
 Writes
@@ -113,6 +121,7 @@ from .base import (
     normalize_state_name,
     register,
 )
+from .custom_fields import custom_fields as routed_custom_fields
 from .http import (
     ALL_OPERATIONS,
     HttpClientMixin,
@@ -125,12 +134,13 @@ from .http import (
     lower_headers,
     mapped_state,
     norm_names,
-    normalize_all,
+    normalize_each,
     parse_due,
     parse_utc,
     required_title,
     retry_after,
     signature_matches,
+    skipped_record,
     status_error,
     webhook_event_id,
     webhook_json,
@@ -139,6 +149,10 @@ from .http import json_body as _json_body
 from .mentions import neutralize_mentions
 
 USER_AGENT = "paperclip-connector-jira/1.0"
+# ``jira:issue_updated`` deliveries whose ``issue_event_type_name`` says a comment rides along.
+COMMENT_CARRYING_TYPES = {"issue_commented": EventKind.COMMENT_UPSERTED,
+                          "issue_comment_edited": EventKind.COMMENT_UPSERTED,
+                          "issue_comment_deleted": EventKind.COMMENT_DELETED}
 API = "/rest/api/3"
 PAGE_SIZE = 50
 BATCH = 100
@@ -159,6 +173,7 @@ _SIG_RE = re.compile(r"^sha256=([0-9a-fA-F]{64})$")
 _WIKI_MENTION_RE = re.compile(r"\[~(?:accountid:)?([^\]]+)\]")
 _WIKI_ESCAPE_RE = re.compile(r"\\([!*_{}\[\]()#+\-.|~^?])")
 _MISSING_RE = re.compile(r"issue with key '([^']+)' does not exist", re.I)
+CUSTOM_FIELD_ID_RE = re.compile(r"^customfield_\d+$")
 
 
 def _utc(value: Any) -> datetime | None:
@@ -217,6 +232,7 @@ class _Mapping:
 @register
 class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
     provider_key = "jira"
+    delivery_id_header = "x-atlassian-webhook-identifier"
     capabilities = Capabilities(
         operations=ALL_OPERATIONS,
         state_categories=frozenset(StateCategory.ALL),
@@ -265,7 +281,19 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
             error.messages = messages  # type: ignore[attr-defined]
         raise error
 
+    @classmethod
+    def routing_match_errors(cls, kind: str, match: Mapping[str, Any]) -> dict[str, list[str]]:
+        field = match.get("field")
+        if kind == "custom_field" and isinstance(field, str) and not CUSTOM_FIELD_ID_RE.match(field.strip()):
+            return {"field": [f"Jira custom fields are named by id (e.g. customfield_10010), not {field!r}: "
+                              f"the id is in the field's configuration URL or GET /rest/api/3/field."]}
+        return {}
+
     # --- helpers ---------------------------------------------------------------------------------
+    def _fields(self) -> list[str]:
+        """The issue fields every read asks for: the normalized ones plus the custom fields routing reads."""
+        return FIELDS + [f for f in self.config.custom_fields if f not in FIELDS]
+
     def _scope(self, scope: str) -> str:
         value = (scope or "").strip().lower()
         if value not in self._containers:
@@ -364,6 +392,8 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
         # The category came from the status name, the status category or a project override: tell the
         # engine, whose name-only lookup would report a category-mapped status as unmapped (§7.2).
         envelope["stateMapped"] = unmapped is None
+        if self.config.custom_fields:  # §8.1 custom_field routing, by field id (Appendix A.2)
+            envelope["customFields"] = routed_custom_fields(fields, tuple(self.config.custom_fields))
         mentions = list(dict.fromkeys(t_mentions + d_mentions))
         if mentions:
             envelope["mentionsNeutralized"] = mentions
@@ -432,7 +462,7 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
     # --- §5.1 required ---------------------------------------------------------------------------
     def search(self, jql: str, *, fields=None, max_results: int | None = None, next_page_token: str | None = None,
                cursor_request: bool = False) -> dict:
-        body: dict[str, Any] = {"jql": jql, "fields": list(fields or FIELDS), "maxResults": max_results or self.page_size}
+        body: dict[str, Any] = {"jql": jql, "fields": list(fields or self._fields()), "maxResults": max_results or self.page_size}
         if next_page_token:
             body["nextPageToken"] = next_page_token
         result = self._request("POST", "/search/jql", json_body=body, cursor_request=cursor_request and bool(next_page_token))
@@ -447,6 +477,7 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
         if state["since"]:
             jql += f" AND updated >= {_jql_quote(self._jql_since(state['since']))}"
         jql += " ORDER BY updated ASC, id ASC"
+        bad: list[dict] = []
         for _ in range(SKIP_PAGES):
             # JQL's minute precision re-lists the boundary minute: pages holding only already-listed
             # rows are skipped inside this call (bounded) instead of being handed back empty.
@@ -454,19 +485,24 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
             rows = []
             for issue in result["issues"]:
                 if not isinstance(issue, Mapping) or "id" not in issue:
-                    raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "Jira search row without an id.")
-                rows.append((str(issue["id"]), _utc((issue.get("fields") or {}).get("updated")), issue))
+                    bad.append(skipped_record(issue, "Jira search row without an id."))
+                    continue
+                fields = issue.get("fields") if isinstance(issue.get("fields"), Mapping) else {}
+                rows.append((str(issue["id"]), _utc(fields.get("updated")), issue))
             next_token = result.get("nextPageToken") if not result.get("isLast") else None
             fresh, new_state, advanced = self._advance(state, rows, next_token or None, "next")
             if fresh or not next_token:
                 break
             state = new_state
-        tasks = normalize_all(self.normalize_issue, fresh, "Jira issue in search")
-        return Page(items=tasks, cursor=encode_cursor(project, new_state, "next") if advanced else None)
+        # One malformed issue is reported and left out; the rest of the page and the cursor go on (§13.1.8).
+        tasks, skipped = normalize_each(self.normalize_issue, fresh, "Jira issue in search",
+                                        key_of=lambda row: row.get("key"))
+        return Page(items=tasks, cursor=encode_cursor(project, new_state, "next") if advanced else None,
+                    skipped=bad + skipped)
 
     def get_task(self, ref: ExternalTaskRef) -> ExternalTask:
         key = self._ref_key(ref)
-        issue = self._request("GET", f"/issue/{quote(key)}", params={"fields": ",".join(FIELDS)})
+        issue = self._request("GET", f"/issue/{quote(key)}", params={"fields": ",".join(self._fields())})
         if not isinstance(issue, Mapping):
             raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "Jira issue response is not an object.")
         try:
@@ -527,8 +563,10 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
         rows = [(str(c.get("id")), _utc(c.get("updated")), c) for c in comments if isinstance(c, Mapping)]
         fresh, new_state, advanced = self._advance(state, rows, next_start, "startAt")
         task_id = str(ref.external_id or key)
-        items = normalize_all(lambda c: self.normalize_comment(c, task_id, issue_key=key), fresh, "Jira comment")
-        return Page(items=items, cursor=encode_cursor(key, new_state, "startAt") if advanced else None)
+        items, skipped = normalize_each(lambda c: self.normalize_comment(c, task_id, issue_key=key), fresh,
+                                        "Jira comment")
+        return Page(items=items, cursor=encode_cursor(key, new_state, "startAt") if advanced else None,
+                    skipped=skipped)
 
     def verify_webhook(self, request: WebhookRequest) -> VerifiedEvent:
         headers = lower_headers(request.headers)
@@ -574,9 +612,25 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
         try:
             if event in issue_events:
                 task = self.normalize_issue(issue)
+                carried = ()
+                type_name = str(payload.get("issue_event_type_name") or "")
+                if event == "jira:issue_updated" and type_name in COMMENT_CARRYING_TYPES:
+                    # The update carries a comment (Jira's issue_commented / issue_comment_edited): the task
+                    # update and the comment are two effects of one delivery, stored as two inbox rows.
+                    raw = payload.get("comment")
+                    if not isinstance(raw, Mapping) or not raw.get("id"):
+                        raise KeyError("comment")
+                    comment = self.normalize_comment(raw, task_id, issue_key=str(issue["key"]),
+                                                     issue_self=issue.get("self"))
+                    carried = (VerifiedEvent(
+                        event_id=f"{event_id}:comment:{comment.external_comment_id}",
+                        kind=COMMENT_CARRYING_TYPES[type_name], action=f"{action};{type_name}",
+                        external_task_id=task_id, occurred_at=occurred or comment.updated_at, task=task,
+                        comment=comment, actor=actor or comment.author, container_id=container,
+                        trusted_content=trusted),)
                 return VerifiedEvent(event_id=event_id, kind=issue_events[event], action=action, external_task_id=task_id,
                                      occurred_at=occurred or task.updated_at, task=task, actor=actor,
-                                     container_id=container, trusted_content=trusted)
+                                     container_id=container, trusted_content=trusted, carried=carried)
             raw = payload.get("comment")
             if not isinstance(raw, Mapping) or not raw.get("id"):
                 raise KeyError("comment")
@@ -733,6 +787,15 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
             "application": {"type": "ai.paperclip", "name": "Paperclip"},
             "relationship": "tracked in",
             "object": {"url": paperclip_url, "title": "Paperclip", "summary": "Tracked in Paperclip"}})
+
+    def find_backlinks(self, ref: ExternalTaskRef) -> list[str]:
+        """The URL of the remote link with ``globalId`` ``paperclip:backlink`` (``GET /issue/{key}/remotelink``)."""
+        rows = self._request("GET", f"/issue/{quote(self._ref_key(ref))}/remotelink")
+        if not isinstance(rows, list):
+            raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "Jira remote links are not a JSON array.")
+        return [str(row["object"]["url"]) for row in rows
+                if isinstance(row, Mapping) and row.get("globalId") == BACKLINK_GLOBAL_ID
+                and isinstance(row.get("object"), Mapping) and row["object"].get("url")]
 
     # --- setup validation (TaskSourceAdapter.workflow_metadata) --------------------------------------
     def workflow_metadata(self, scope: str) -> dict:

@@ -62,6 +62,10 @@ and the event's ``action`` carries the suffix ``;no-timestamp`` so the history s
 create/update/remove -> TASK_UPSERTED / TASK_DELETED / COMMENT_UPSERTED / COMMENT_DELETED; any other
 ``type`` is IGNORED; an Issue whose team is not a container (or a Comment whose issue identifier, taken
 from ``data.issue.team`` or the comment ``url``, names another team) is rejected (``provider_payload``).
+A Comment that does not say its team (no ``data.issue.team`` and no issue ``url``, as a removal may be), or
+names only a team key while the containers are spelled by team id, has ``container_id=None``: the engine
+accepts it only for a task already linked on this instance. A stored delivery verified again later (a
+replay) measures ``webhookTimestamp`` against ``WebhookRequest.received_at``.
 
 Errors (§5.4)
 -------------
@@ -114,7 +118,7 @@ from .http import (
     mapped_state,
     maybe_json,
     norm_names,
-    normalize_all,
+    normalize_each,
     note_envelope,
     parse_due,
     required_title,
@@ -133,13 +137,17 @@ BATCH = 100
 WEBHOOK_TOLERANCE = 60.0
 BACKLINK_TITLE = "Paperclip"
 BACKLINK_MARKER = "<!-- paperclip:backlink -->"
+MAX_ATTACHMENT_PAGES = 20  # an issue with thousands of attachments is read this far for backlinks
 DEFAULT_TYPES = {"triage": "backlog", "backlog": "backlog", "unstarted": "backlog", "started": "active",
                  "completed": "terminal", "canceled": "terminal", "duplicate": "terminal"}
 DEFAULT_STATES = {"in review": "review"}
 STATE_TYPES = tuple(DEFAULT_TYPES)
-ALL_ROUTING_KINDS = frozenset({"default_route", "custom_field", "label", "state_lane", "comment_command", "user_mapping"})
+# No custom_field: Linear issues carry no custom fields (its API and webhook payloads have none; routing
+# reads labels, workflow states, assignees and comments), so a custom_field rule could never match.
+ROUTING_KINDS = frozenset({"default_route", "label", "state_lane", "comment_command", "user_mapping"})
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _IDENT_RE = re.compile(r"/issue/([A-Za-z0-9]+)-(\d+)")
+_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _PROFILE_MENTION_RE = re.compile(r"\[@([^\]]+)\]\(https?://linear\.app/[^)]*/profiles/[^)]*\)")
 
 ISSUE_FIELDS = """
@@ -182,6 +190,10 @@ M_ISSUE_CREATE = ("mutation IssueCreate($input: IssueCreateInput!) {"
                   " issueCreate(input: $input) { success issue {" + ISSUE_FIELDS + "} } }")
 M_ATTACHMENT_CREATE = ("mutation AttachmentCreate($input: AttachmentCreateInput!) {"
                        " attachmentCreate(input: $input) { success attachment { id url } } }")
+Q_ATTACHMENTS = ("query IssueAttachments($id: String!, $first: Int, $after: String) {"
+                 " issue(id: $id) { id attachments(first: $first, after: $after) {"
+                 " nodes { id url title metadata creator { id name displayName } }"
+                 " pageInfo { hasNextPage endCursor } } } }")
 
 
 def linear_priority(raw: Any) -> int | None:
@@ -238,12 +250,13 @@ class _Mapping:
 @register
 class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
     provider_key = "linear"
+    delivery_id_header = "linear-delivery"
     default_base_url = "https://api.linear.app"
     capabilities = Capabilities(
         operations=ALL_OPERATIONS,
         state_categories=frozenset(StateCategory.ALL),
         signed_webhooks=True,
-        routing_rule_kinds=ALL_ROUTING_KINDS,
+        routing_rule_kinds=ROUTING_KINDS,
         has_external_keys=True,
         settable_fields=frozenset({"title", "description", "priority"}),
     )
@@ -314,6 +327,17 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
                     self._team_ids[tid] = self._containers[candidate]
                 return self._containers[candidate]
         return self._team_ids.get(tid) if tid else None
+
+    def _team_undetermined(self, team: Mapping[str, Any]) -> bool:
+        """Whether a payload's team reference cannot say if it is one of the containers: no team at all
+        (a comment that names only ``issue.id``), or only a team key while some container is spelled by
+        an id (a key cannot be compared with it). The engine then accepts the delivery only for a task
+        it already links on this instance (§7.1.1)."""
+        if team.get("id"):
+            return False
+        if not team.get("key"):
+            return True
+        return any(_UUID_RE.fullmatch(c) for c in self._containers)
 
     def _scope(self, scope: str) -> str:
         value = (scope or "").strip().lower()
@@ -452,8 +476,11 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
             raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, "Linear Issues response has no issues connection.")
         rows = self._nodes(conn)
         fresh, new_state, advanced = self._advance(state, rows, conn.get("pageInfo"))
-        tasks = normalize_all(self.normalize_issue, fresh, "Linear issue in listing")
-        return Page(items=tasks, cursor=encode_cursor(container, new_state, "after") if advanced else None)
+        # One malformed issue is reported and left out; the rest of the page and the cursor go on (§13.1.8).
+        tasks, skipped = normalize_each(self.normalize_issue, fresh, "Linear issue in listing",
+                                        key_of=lambda row: row.get("identifier"))
+        return Page(items=tasks, cursor=encode_cursor(container, new_state, "after") if advanced else None,
+                    skipped=skipped)
 
     def _issue_id(self, ref: ExternalTaskRef) -> str:
         value = (ref.external_id or ref.external_key or "").strip()
@@ -509,8 +536,9 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
             raise ProviderError(ErrorCategory.PROVIDER_STATUS, f"Linear issue {issue_id} not found.", status=404)
         conn = issue.get("comments") if isinstance(issue.get("comments"), Mapping) else {}
         fresh, new_state, advanced = self._advance(state, self._nodes(conn), conn.get("pageInfo"))
-        comments = normalize_all(lambda row: self.normalize_comment(row, issue_id), fresh, "Linear comment")
-        return Page(items=comments, cursor=encode_cursor(issue_id, new_state, "after") if advanced else None)
+        comments, skipped = normalize_each(lambda row: self.normalize_comment(row, issue_id), fresh, "Linear comment")
+        return Page(items=comments, cursor=encode_cursor(issue_id, new_state, "after") if advanced else None,
+                    skipped=skipped)
 
     def verify_webhook(self, request: WebhookRequest) -> VerifiedEvent:
         headers = lower_headers(request.headers)
@@ -530,7 +558,8 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
         stamp = payload.get("webhookTimestamp")
         if stamp is not None:
             try:
-                skew = abs(self.clock() - float(stamp) / 1000.0)
+                now = request.received_at if request.received_at is not None else self.clock()
+                skew = abs(now - float(stamp) / 1000.0)
             except (TypeError, ValueError):
                 raise WebhookUnparseable("Linear webhookTimestamp is not a number.") from None
             if skew > WEBHOOK_TOLERANCE:
@@ -568,7 +597,7 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
                 m = _IDENT_RE.search(url or "")
                 team = {"key": m.group(1)} if m else {}
             container = self._container_for(team)
-            if container is None:
+            if container is None and not self._team_undetermined(team):
                 raise WebhookRejected(f"Comment delivery for Linear team {team.get('key') or team.get('id')!r}, which is "
                                       "not one of this connector's containers.", category=ErrorCategory.PROVIDER_PAYLOAD)
             comment = self.normalize_comment(data, task_id, url=url)
@@ -730,6 +759,27 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
         self._mutation_ok(self.graphql("AttachmentCreate", M_ATTACHMENT_CREATE, {"input": {
             "issueId": issue_id, "url": paperclip_url, "title": BACKLINK_TITLE,
             "subtitle": "Tracked in Paperclip", "metadata": {"paperclip": "backlink"}}}), "attachmentCreate")
+
+    def find_backlinks(self, ref: ExternalTaskRef) -> list[str]:
+        """The URLs of the issue's attachments whose ``metadata.paperclip`` is ``"backlink"``."""
+        issue_id = self._issue_id(ref)
+        found, after = [], None
+        for _ in range(MAX_ATTACHMENT_PAGES):
+            data = self.graphql("IssueAttachments", Q_ATTACHMENTS, {"id": issue_id, "first": self.page_size,
+                                                                    "after": after})
+            issue = data.get("issue")
+            if not isinstance(issue, Mapping):
+                raise ProviderError(ErrorCategory.PROVIDER_STATUS, f"Linear issue {issue_id} not found.", status=404)
+            conn = issue.get("attachments") if isinstance(issue.get("attachments"), Mapping) else {}
+            for node in self._nodes(conn):
+                metadata = node.get("metadata") if isinstance(node, Mapping) else None
+                if isinstance(metadata, Mapping) and metadata.get("paperclip") == "backlink" and node.get("url"):
+                    found.append(str(node["url"]))
+            info = conn.get("pageInfo") if isinstance(conn.get("pageInfo"), Mapping) else {}
+            if not info.get("hasNextPage") or not info.get("endCursor"):
+                break
+            after = info["endCursor"]
+        return found
 
     # --- setup validation (TaskSourceAdapter.workflow_metadata) --------------------------------------
     def workflow_metadata(self, scope: str) -> dict:

@@ -1,6 +1,7 @@
 """What every provider sandbox shares (stdlib only, no Django): the threaded HTTP server and its
-handler, the request log, ``fail_next`` failure queue, webhook delivery recording/flush/quiet, the
-deterministic clock, ``/_sandbox/<control>`` dispatch and the standalone CLI loop.
+handler, the request log, ``fail_next`` failure queue, ``outage``/``recover`` (optionally with stalled
+write responses), webhook delivery recording/flush/quiet, the deterministic clock,
+``/_sandbox/<control>`` dispatch and the standalone CLI loop.
 
 A sandbox subclasses :class:`SandboxServer`, sets the class attributes (``provider``, ``server_version``,
 ``control_methods``...) and implements ``handle(method, raw_path, headers, raw_body) -> (status,
@@ -130,6 +131,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
         status, out_headers, body = self.sandbox.handle(self.command, self.path, headers, raw)
+        status, out_headers, body = self.sandbox._maybe_lose(self.command, self.path, raw, (status, out_headers, body))
+        self.sandbox._stall(self.command, self.path)
         self.send_response(status)
         for k, v in out_headers.items():
             self.send_header(k, v)
@@ -165,6 +168,9 @@ class SandboxServer:
         self._pending: list = []
         self._requests: list = []
         self._failures: list[dict] = []
+        self._stall_seconds = 0.0
+        self._stall_release = threading.Event()
+        self._lost_answers: list[dict] = []
         self._muted = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -315,6 +321,48 @@ class SandboxServer:
                 return None
             self._failures[0]["count"] -= 1
             return dict(self._failures[0])
+
+    def outage(self, status: int = 503) -> None:
+        """Every API request fails with ``status`` (mode ``error``) until :meth:`recover`; the
+        ``/_sandbox`` controls keep working."""
+        with self._lock:
+            self._failures = [{"count": 10**9, "mode": "error", "status": status, "retry_after": None,
+                               "reset_in": 60}]
+
+    def recover(self, *, stall_writes: float = 0.0) -> None:
+        """End an outage, drop queued failures and release stalled responses. With ``stall_writes``,
+        API writes (POST/PUT/PATCH/DELETE) are then applied but their responses held up to that many
+        seconds (until the next ``recover``): a client that dies meanwhile never learns that its
+        write landed. Every Linear request is a POST, so its reads stall too."""
+        with self._lock:
+            self._failures.clear()
+            self._stall_seconds = float(stall_writes)
+            release, self._stall_release = self._stall_release, threading.Event()
+        release.set()
+
+    def _stall(self, method: str, path: str) -> None:
+        with self._lock:
+            seconds, release = self._stall_seconds, self._stall_release
+        if seconds and method in ("POST", "PUT", "PATCH", "DELETE") and "/_sandbox/" not in path:
+            release.wait(seconds)
+
+    def lose_answer(self, pattern: str, *, status: int = 502, count: int = 1) -> None:
+        """The next ``count`` API requests matching ``pattern`` (a regex searched in ``"METHOD path\nbody"``)
+        are applied, but the client gets ``status`` instead of the answer: a gateway or connection that lost
+        the response, so the client does not know that its write landed."""
+        with self._lock:
+            self._lost_answers.append({"rx": re.compile(pattern), "status": int(status), "count": int(count)})
+
+    def _maybe_lose(self, method: str, path: str, raw_body: bytes, answer: tuple) -> tuple:
+        if "/_sandbox/" in path:
+            return answer
+        seen = f"{method} {path}\n{raw_body.decode('utf-8', 'replace')}"
+        with self._lock:
+            rule = next((r for r in self._lost_answers if r["count"] > 0 and r["rx"].search(seen)), None)
+            if rule is None:
+                return answer
+            rule["count"] -= 1
+        return rule["status"], {"Content-Type": "application/json"}, b'{"message": "Bad gateway (answer lost)"}'
 
     # --- request log ---------------------------------------------------------------------------
     def _log_request(self, record) -> None:

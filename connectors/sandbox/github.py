@@ -71,6 +71,7 @@ CONTROL_METHODS = (
     "add_repo", "add_user", "add_hook", "open_issue", "open_pull_request", "edit_issue", "close_issue",
     "reopen_issue", "label", "unlabel", "assign", "unassign", "comment", "edit_comment", "delete_comment",
     "delete_issue", "transfer_issue", "deliver_fixture", "fail_next", "flush", "advance",
+    "outage", "recover",
 )
 
 

@@ -80,7 +80,8 @@ CATEGORIES = {"new": (2, "To Do", "blue-gray"), "indeterminate": (4, "In Progres
               "done": (3, "Done", "green")}
 PRIORITIES = (("1", "Highest"), ("2", "High"), ("3", "Medium"), ("4", "Low"), ("5", "Lowest"))
 CONTROL_METHODS = ("add_project", "add_user", "create_issue", "update_issue", "transition", "delete_issue",
-                   "add_comment", "edit_comment", "delete_comment", "deliver_fixture", "fail_next", "flush", "advance")
+                   "add_comment", "edit_comment", "delete_comment", "deliver_fixture", "fail_next", "flush", "advance",
+                   "outage", "recover")
 
 
 def _jira_ts(value: datetime | None) -> str | None:
@@ -256,6 +257,8 @@ class JiraSandbox(SandboxServer):
             "issuetype": {"self": f"{self.base_url}/rest/api/3/issuetype/10001", "id": "10001",
                           "name": issue.get("issuetype") or "Task", "subtask": False},
             "parent": None, "components": [], "issuelinks": links,
+            # custom fields by id, as Jira sends them (a select option is {"value": ...}); absent ones are null
+            **{key: copy.deepcopy(value) for key, value in (issue.get("custom") or {}).items()},
         }
 
     def render_issue(self, issue: dict, *, v2: bool = False) -> dict:
@@ -354,7 +357,8 @@ class JiraSandbox(SandboxServer):
 
     # --- mutations -------------------------------------------------------------------------------
     def _create(self, project: str | None, summary: str, description, labels, priority, assignee, actor: dict,
-                status: str | None = None, duedate: str | None = None, issuetype: str | None = None) -> dict:
+                status: str | None = None, duedate: str | None = None, issuetype: str | None = None,
+                custom: dict | None = None) -> dict:
         proj = self._projects[project] if project else next(iter(self._projects.values()))
         now = self._stamp()
         number = proj["next"]
@@ -366,7 +370,7 @@ class JiraSandbox(SandboxServer):
                  "description": _doc(description) if description is not None else None, "labels": list(labels or ()),
                  "priority": priority or "Medium", "assignee": self._user(assignee)["accountId"] if assignee else None,
                  "reporter": actor["accountId"], "status": status, "created": now, "updated": now, "duedate": duedate,
-                 "issuetype": issuetype or "Task", "deleted": False, "blocks": []}
+                 "issuetype": issuetype or "Task", "deleted": False, "blocks": [], "custom": dict(custom or {})}
         self._issues[issue["id"]] = issue
         self._issue_event("jira:issue_created", issue, actor)
         return issue
@@ -398,6 +402,9 @@ class JiraSandbox(SandboxServer):
                 issue["status"] = value
             elif key == "blocks":
                 issue["blocks"] = list(value)
+            elif key.startswith("customfield_"):  # raw value, e.g. {"value": "CodexCoder"} for a select list
+                items.append({"field": key, "fieldtype": "custom"})
+                issue.setdefault("custom", {})[key] = value
             else:
                 raise _JiraError(400, [], {key: "Field cannot be set. It is not on the appropriate screen, or unknown."})
         issue["updated"] = self._stamp()
@@ -407,15 +414,17 @@ class JiraSandbox(SandboxServer):
     @mutation
     def create_issue(self, summary: str = "Untitled", *, project: str | None = None, description=None, labels=(),
                      priority: str | None = "Medium", assignee: str | None = None, status: str | None = None,
-                     duedate: str | None = None, actor: str | None = None) -> dict:
-        """``description``: Markdown (converted to ADF) or an ADF dict."""
+                     duedate: str | None = None, actor: str | None = None, custom: dict | None = None) -> dict:
+        """``description``: Markdown (converted to ADF) or an ADF dict; ``custom``: custom field values by
+        id (``{"customfield_10010": {"value": "CodexCoder"}}``)."""
         return self.render_issue(self._create(project, summary, description, labels, priority, assignee,
-                                              self._user(actor), status, duedate))
+                                              self._user(actor), status, duedate, custom=custom))
 
     @mutation
     def update_issue(self, id_or_key: str, *, actor: str | None = None, **changes) -> dict:
         """``summary``, ``description`` (Markdown/ADF), ``labels``, ``priority`` (name), ``assignee``,
-        ``duedate``, ``status`` (name, no transition check), ``blocks`` (ids this issue blocks)."""
+        ``duedate``, ``status`` (name, no transition check), ``blocks`` (ids this issue blocks), and custom
+        fields by id (``customfield_10010={"value": "CodexCoder"}``, raw Jira values)."""
         return self.render_issue(self._update(self._find(id_or_key), self._user(actor), **changes))
 
     def transition(self, id_or_key: str, status: str, *, actor: str | None = None) -> dict:
@@ -657,6 +666,8 @@ class JiraSandbox(SandboxServer):
                 changes["duedate"] = value
             elif key == "assignee":
                 changes["assignee"] = (value or {}).get("accountId") if value else None
+            elif key.startswith("customfield_"):
+                changes[key] = value
             elif key in ("project", "issuetype"):
                 continue
             else:
@@ -679,7 +690,8 @@ class JiraSandbox(SandboxServer):
         changes = self._fields_changes({k: v for k, v in fields.items() if k not in ("summary",)})
         issue = self._create(project, fields["summary"], changes.get("description"), changes.get("labels"),
                              changes.get("priority"), None, user, duedate=changes.get("duedate"),
-                             issuetype=(fields.get("issuetype") or {}).get("name"))
+                             issuetype=(fields.get("issuetype") or {}).get("name"),
+                             custom={k: v for k, v in changes.items() if k.startswith("customfield_")})
         return 201, {"id": issue["id"], "key": issue["key"], "self": f"{self.base_url}/rest/api/3/issue/{issue['id']}"}
 
     def _transitions(self, issue: dict) -> list[dict]:

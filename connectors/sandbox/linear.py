@@ -2,7 +2,7 @@
 
 It serves ``POST /graphql`` and answers exactly the operations :mod:`connectors.providers.linear` sends,
 dispatched on ``operationName`` (``Issues``, ``Issue``, ``IssueStates``, ``IssueComments``, ``IssueTeam``,
-``Teams``, ``CommentCreate``, ``IssueUpdate``, ``IssueCreate``, ``AttachmentCreate``), with Linear's
+``Teams``, ``CommentCreate``, ``IssueUpdate``, ``IssueCreate``, ``AttachmentCreate``, ``IssueAttachments``), with Linear's
 response shapes (``nodes``, ``pageInfo {hasNextPage endCursor}``, ``{success, issue}`` payloads) and
 errors (HTTP 400 + ``extensions.code`` ``RATELIMITED`` / ``AUTHENTICATION_ERROR`` / ``INVALID_INPUT``,
 ``Entity not found``). Filters implemented: ``team {key|id {eq}}``, ``updatedAt {gt|gte}``, ``id {in}``;
@@ -62,7 +62,8 @@ RATE_LIMIT = 5000
 DEFAULT_STATES = (("Triage", "triage"), ("Backlog", "backlog"), ("Todo", "unstarted"), ("In Progress", "started"),
                   ("In Review", "started"), ("Done", "completed"), ("Canceled", "canceled"), ("Duplicate", "duplicate"))
 CONTROL_METHODS = ("add_team", "add_user", "add_label", "create_issue", "update_issue", "move_issue", "delete_issue",
-                   "add_comment", "edit_comment", "delete_comment", "deliver_fixture", "fail_next", "flush", "advance")
+                   "add_comment", "edit_comment", "delete_comment", "deliver_fixture", "fail_next", "flush", "advance",
+                   "outage", "recover", "add_attachment")
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -462,6 +463,22 @@ class LinearSandbox(SandboxServer):
                    actor=self._user_ref(actor), updated_from=old)
         return self.render_comment(c)
 
+    def _attach(self, issue: dict, url: str, user: dict, *, title=None, subtitle=None, metadata=None) -> dict:
+        """attachmentCreate semantics: one attachment per (issue, url), updated in place."""
+        existing = next((a for a in self._attachments.values() if a["issueId"] == issue["id"] and a["url"] == url), None)
+        if existing is None:
+            existing = {"id": self._uuid(), "issueId": issue["id"], "url": url, "creatorId": user["id"],
+                        "createdAt": self._stamp()}
+            self._attachments[existing["id"]] = existing
+        existing.update(title=title, subtitle=subtitle, metadata=metadata or {}, updatedAt=self._stamp())
+        return existing
+
+    @mutation
+    def add_attachment(self, issue_id: str, url: str, *, actor: str | None = None, title: str | None = None,
+                       metadata: dict | None = None) -> dict:
+        """Someone (``actor``, default the default user) attaches a link to the issue."""
+        return dict(self._attach(self._issues[issue_id], url, self._user_ref(actor), title=title, metadata=metadata))
+
     @mutation
     def delete_comment(self, comment_id: str, *, actor: str | None = None) -> None:
         c = self._comments[comment_id]
@@ -696,12 +713,17 @@ class LinearSandbox(SandboxServer):
         url = data.get("url")
         if not url:
             raise _GqlError("Argument Validation Error: url is required")
-        existing = next((a for a in self._attachments.values() if a["issueId"] == issue["id"] and a["url"] == url), None)
-        if existing is None:
-            existing = {"id": self._uuid(), "issueId": issue["id"], "url": url}
-            self._attachments[existing["id"]] = existing
-        existing.update(title=data.get("title"), subtitle=data.get("subtitle"), metadata=data.get("metadata") or {})
+        existing = self._attach(issue, url, user, title=data.get("title"), subtitle=data.get("subtitle"),
+                                metadata=data.get("metadata"))
         return {"attachmentCreate": {"success": True, "attachment": {"id": existing["id"], "url": url}}}
+
+    def op_IssueAttachments(self, v, user):
+        issue = self._get_issue(v.get("id"))
+        result = self._paginate([a for a in self._attachments.values() if a["issueId"] == issue["id"]], v)
+        nodes = [{"id": a["id"], "url": a["url"], "title": a.get("title"), "subtitle": a.get("subtitle"),
+                  "metadata": a.get("metadata") or {}, "creator": self.render_user(a.get("creatorId")),
+                  "createdAt": _iso(a["createdAt"]), "updatedAt": _iso(a["updatedAt"])} for a in result["page"]]
+        return {"issue": {"id": issue["id"], "attachments": {"nodes": nodes, "pageInfo": result["pageInfo"]}}}
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ from issues.models import Issue
 from issues.services.activity import activity_record
 from issues.services.issues import issue_update
 
-from . import content, links, routing
+from . import content, links, routing, run_modes
 from .commands import VERBS, Command
 from .common import link_set_status, sync_error_record
 
@@ -37,13 +37,19 @@ def commands_execute(*, instance: ConnectorInstance, link: TaskLink, comment: Ex
     who = content.actor_label(comment.author)
     replies = []
     ok, why = _authorized(instance, comment)
+    observer = run_modes.is_observer(link)
     for index, command in enumerate(commands):
-        if not ok:
+        if observer:
+            # §4.2.1: an observer link mutates neither side: no effect, and no reply (a reply is a write
+            # on one side); only the audit entry below says the command was seen and ignored.
+            text = f"ignored: {run_modes.OBSERVER_TEXT}"
+        elif not ok:
             text = f"rejected: {why}"
         else:
             text = _run(instance, link, command, who, key)
         replies.append(text)
-        _reply(instance, link, comment, command, index, text, who, key)
+        if not observer:
+            _reply(instance, link, comment, command, index, text, who, key)
         activity_record(actor=SYSTEM, company_id=link.company_id, action="connector.command",
                         entity_type="connector_link", entity_id=link.pk,
                         details={"instanceId": str(instance.pk), "verb": command.verb, "line": command.line,
@@ -101,7 +107,8 @@ def _run(instance, link: TaskLink, command: Command, who: str, key: str) -> str:
         links.note(issue, f"Handoff requested by {who} via /paperclip assign: {agent.name} should take over. The "
                           f"issue is checked out, so the current owner decides.", link=link, key=key, kind="handoff")
         return f"{issue.identifier} is checked out; a handoff to {agent.name} was requested"
-    issue_update(actor=SYSTEM, issue=issue, changes={"assignee_agent_id": agent.pk})
+    issue_update(actor=SYSTEM, issue=issue, changes={"assignee_agent_id": agent.pk},
+                 assignment_wake=run_modes.connector_may_wake(link))
     return f"assigned to {agent.name}"
 
 

@@ -17,13 +17,19 @@ Authorization (instance ``command_policy``):
 * ``disabled``: commands are rejected with a reply.
 
 Every command gets a reply, including rejections (unknown verb, unknown or paused agent, not
-permitted)."""
+permitted), except on a link whose sync mode is ``observer``: there no command has any effect and
+none is answered (a reply is a write on one side); the activity log records each as ignored. On an
+``external_observer`` link ``assign`` reassigns without waking the agent (services/run_modes.py)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-VERBS = ("assign", "status", "pause", "resume")
+from connectors.providers.base import COMMAND_VERBS
+
+# The one verb list: the same tuple is every adapter's ``Capabilities.command_verbs`` (§8.2 "listed in
+# capability metadata"), so the instance API and health show exactly what this parser accepts.
+VERBS = COMMAND_VERBS
 LINE = re.compile(r"^/paperclip(?:[ \t]+(?P<verb>\S+))?(?P<args>[ \t]+.*)?$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 

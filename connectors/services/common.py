@@ -10,9 +10,12 @@ from django.utils import timezone
 
 from connectors import secrets
 from connectors.choices import ErrorCategory, LinkStatus
-from connectors.models import ConnectorInstance, LinkTransition, SyncError, TaskLink
+from connectors.models import ConnectorInstance, LinkTransition, SyncCursor, SyncError, TaskLink
 from connectors.providers import base
 from connectors.providers.base import ProviderError
+
+from .credential_health import credentials_failed
+from .logctx import engine_log
 
 log = logging.getLogger("connectors")
 
@@ -22,12 +25,20 @@ DEFAULTS = {
     "MAX_ATTEMPTS": 5,
     "RETRY_BASE_SECONDS": 5.0,
     "RETRY_MAX_SECONDS": 600.0,
+    "OUTBOUND_RETRY_HORIZON_SECONDS": 24 * 3600.0,
+    "OUTBOUND_RETRY_MAX_SECONDS": 1800.0,
+    "OUTBOUND_DELIVERY_LEASE_SECONDS": 120.0,
     "STALE_PENDING_SECONDS": 60,
     "SWEEP_BATCH": 500,
     "POLL_MAX_PAGES": 20,
     "STATE_BATCH": 100,
     "PUBLIC_BASE_URL": "http://127.0.0.1:8000",
     "EVENT_RETENTION_DAYS": 30,
+    "COMMENT_POLL_BATCH": 50,
+    "COMMENT_POLL_MAX_PAGES": 5,
+    "COMMENT_RECONCILE_BATCH": 25,
+    "COMMENT_FULL_MAX_PAGES": 20,
+    "TRANSCRIPT_MAX_CHARS": 4000,
 }
 
 
@@ -68,16 +79,34 @@ def adapter_for(instance: ConnectorInstance, *, with_credentials: bool = True,
         webhook_secret=(secrets.resolve(instance.webhook_secret_ref, company_id=instance.company_id,
                                         field="webhookSecret") if with_webhook_secret else None),
         service_account_id=instance.service_account_id or None,
+        custom_fields=_routed_custom_fields(instance, cls),
     )
     return cls(config)
 
 
+def _routed_custom_fields(instance: ConnectorInstance, cls) -> tuple[str, ...]:
+    """Ids the enabled ``custom_field`` routing rules read (§8.1); no query for a provider without them."""
+    from connectors.choices import RoutingRuleKind
+
+    if RoutingRuleKind.CUSTOM_FIELD not in cls.capabilities.routing_rule_kinds or instance.pk is None:
+        return ()
+    ids = {m["field"].strip() for m in instance.routing_rules.filter(
+        kind=RoutingRuleKind.CUSTOM_FIELD, enabled=True).values_list("match", flat=True)
+        if isinstance(m, dict) and isinstance(m.get("field"), str) and m["field"].strip()}
+    return tuple(sorted(ids))
+
+
 def sync_error_record(*, instance: ConnectorInstance, category: str, message: str, link: TaskLink | None = None,
                       event=None, details: dict | None = None) -> SyncError:
-    log.warning("connector %s (%s) %s: %s link=%s event=%s", instance.pk, instance.provider_key, category, message,
-                getattr(link, "pk", None), getattr(event, "idempotency_key", None))
-    return SyncError.objects.create(instance=instance, company_id=instance.company_id, category=category,
-                                    message=message[:2000], link=link, event=event, details=details or {})
+    """A health entry (§12.2). A ``provider_auth`` one also opens the instance's credential incident
+    (§13.1.2: health ``error``, one activity entry, a dashboard alert; links untouched)."""
+    engine_log(logging.WARNING, f"connector health entry: {message[:500]}", outcome=f"error:{category}",
+               instance=instance, link=link, event=event, category=category)
+    row = SyncError.objects.create(instance=instance, company_id=instance.company_id, category=category,
+                                   message=message[:2000], link=link, event=event, details=details or {})
+    if category == ErrorCategory.PROVIDER_AUTH:
+        credentials_failed(instance, message, source="health entry")
+    return row
 
 
 def link_set_status(link: TaskLink, to_status: str, cause: str, *, detail: str | None = None,
@@ -105,11 +134,12 @@ def now():
     return timezone.now()
 
 
-def retry_backoff(attempts: int, retry_after: float | None) -> timedelta:
+def retry_backoff(attempts: int, retry_after: float | None, *, cap: float | None = None) -> timedelta:
     """Exponential backoff with jitter for inbound events and outbound writes, never shorter than
-    the provider's own ``retry_after``."""
+    the provider's own ``retry_after``; ``cap`` (default RETRY_MAX_SECONDS) bounds the interval."""
     base = float(conf("RETRY_BASE_SECONDS"))
-    delay = min(base * (2 ** max(attempts - 1, 0)), float(conf("RETRY_MAX_SECONDS")))
+    cap = float(conf("RETRY_MAX_SECONDS")) if cap is None else cap
+    delay = min(base * (2 ** min(max(attempts - 1, 0), 64)), cap)
     if base > 0:
         delay *= random.uniform(0.8, 1.2)  # jitter
     if retry_after:
@@ -127,6 +157,25 @@ def failure_of(exc: Exception) -> tuple[str, str]:
     else:
         category = ErrorCategory.APPLY_FAILED
     return category, f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def cursor_get(instance, scope: str) -> str | None:
+    """§4.1.7: the saved cursor of ``scope`` (None when there is none)."""
+    value = SyncCursor.objects.filter(instance=instance, scope=scope).values_list("cursor", flat=True).first()
+    return value or None
+
+
+def cursor_save(instance, scope: str, value: str | None):
+    """Save ``scope``'s cursor; call it in the transaction of the effects of the page it describes."""
+    SyncCursor.objects.update_or_create(instance=instance, scope=scope, defaults={"cursor": value or ""})
+
+
+def provider_degrade(instance, exc: ProviderError):
+    """§13.1.5: the provider asked us to wait (``retry_after``): polling and reconciliation are shed
+    until then (due_instances skips the instance)."""
+    if exc.retry_after:
+        ConnectorInstance.objects.filter(pk=instance.pk).update(
+            provider_degraded_until=timezone.now() + timedelta(seconds=float(exc.retry_after)))
 
 
 def container_allowed(instance: ConnectorInstance, container_id: str | None) -> bool:

@@ -3,7 +3,14 @@
 Every action advances the link's ``base_snapshot`` for the conflict's field, so the same divergence
 is never detected again; the chosen value goes to the losing side (Paperclip through the issues
 services, the tracker as an outbound effect drained by the write engine); the resolution is audited
-with its actor and idempotency key; the link leaves ``conflict`` when no open conflict remains."""
+with its actor and idempotency key; the link leaves ``conflict`` when no open conflict remains.
+
+By kind: ``field`` and ``policy`` entries carry a field and its values (a ``policy`` entry is a change by
+the side that does not own the field: inbound, a tracker edit of a Paperclip-owned field; outbound, a
+Paperclip edit of a tracker-owned one, see policy_entries.py); ``closure`` / ``deletion`` are decided by
+``_apply_structural``; ``routing`` entries decide the assignee (routing_conflicts.py: keep_paperclip keeps
+the owner, keep_external applies the tracker's routing now, merge_manual names the agent, dismiss keeps
+everything)."""
 from __future__ import annotations
 
 from django.db import transaction
@@ -18,7 +25,7 @@ from issues.exceptions import Forbidden, InvalidInput
 from issues.services.activity import activity_record
 from issues.services.issues import issue_update
 
-from . import links
+from . import links, routing_conflicts
 from .agent_tools import require_agent_issue
 from .common import link_set_status
 from .interventions import require_writer
@@ -50,8 +57,9 @@ def conflict_resolve(*, actor: Actor, conflict: Conflict, action: str, merged_va
     if action == ConflictAction.MERGE_MANUAL:
         if merged_value is None:
             raise InvalidInput(details={"mergedValue": ["Required for merge_manual."]})
-        if conflict.kind != ConflictKind.FIELD and conflict.kind != ConflictKind.POLICY:
-            raise InvalidInput(details={"action": ["merge_manual applies to field conflicts only."]})
+        if conflict.kind not in (ConflictKind.FIELD, ConflictKind.POLICY, ConflictKind.ROUTING):
+            raise InvalidInput(details={"action": ["merge_manual applies to field, policy and routing conflicts "
+                                                   "only."]})
         merged_value = _clean_merged(conflict.field, merged_value)
     key = (idempotency_key or "").strip()[:200]
     with transaction.atomic():
@@ -68,7 +76,11 @@ def conflict_resolve(*, actor: Actor, conflict: Conflict, action: str, merged_va
                                 code="conflict_not_open",
                                 details={"status": row.status, "resolution": row.resolution,
                                          "resolvedAt": row.resolved_at.isoformat() if row.resolved_at else None})
-        result = _apply(actor, link, row, action, merged_value)
+        token = links.RESOLVING.set(links.RESOLVING.get() | {(row.pk, row.link_id, row.field)})
+        try:
+            result = _apply(actor, link, row, action, merged_value)
+        finally:
+            links.RESOLVING.reset(token)
         row.status = ConflictStatus.DISMISSED if action == ConflictAction.DISMISS else ConflictStatus.RESOLVED
         row.resolution, row.resolution_key = action, key
         row.resolution_value = result.get("value")
@@ -182,6 +194,8 @@ def _apply(actor, link: TaskLink, conflict: Conflict, action: str, merged_value)
         return {"value": None}
     if conflict.kind in (ConflictKind.CLOSURE, ConflictKind.DELETION):
         return _apply_structural(actor, link, conflict, action)
+    if conflict.kind == ConflictKind.ROUTING:  # who should own the issue (routing_conflicts.py explains each action)
+        return routing_conflicts.resolve(actor, link, conflict, action, merged_value)
     seen = _seen_external(conflict)
     if field in FIELDS:
         attr = FIELDS[field][0]

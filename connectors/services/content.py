@@ -1,6 +1,7 @@
 """Untrusted external content (§7.3, §14.3): sanitized HTML, neutralised mentions, attribution."""
 from __future__ import annotations
 
+import hashlib
 import re
 
 import nh3
@@ -29,6 +30,11 @@ def sanitize(text: str | None) -> str:
 
 def has_marker(text: str | None) -> bool:
     return MARKER_PREFIX in (text or "")
+
+
+def body_digest(text: str | None) -> str:
+    """The digest an imported comment's body is remembered by (ExternalCommentLink.content_digest)."""
+    return hashlib.sha256((text or "").replace("\r\n", "\n").strip().encode("utf-8")).hexdigest()
 
 
 def attribution_key(instance_id, external_id: str) -> str:

@@ -32,9 +32,14 @@ def fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, ac
             kind, detail = ConflictKind.POLICY, f"external change to paperclip-owned {field}"
         elif paperclip_changed and current != incoming:
             kind, detail = ConflictKind.FIELD, f"{field} changed on both sides"
+            if _policy_entry_open(link, field):  # the Paperclip edit already waits as a policy entry: one entry
+                kind = ConflictKind.POLICY
         else:
             if attr and incoming is not None and incoming != current:
                 changes[attr] = incoming
+            elif paperclip_changed:  # the tracker now says what Paperclip said: a policy entry is moot
+                links.conflict_settle(link=link, kind=ConflictKind.POLICY, field=field, resolution="matches_tracker",
+                                      key=key)
             continue
         held.add(field)
         conflict, created = links.conflict_open(link=link, kind=kind, field=field, key=key, detail=detail,
@@ -44,6 +49,12 @@ def fields_three_way(link, issue, task, ext, base_ext, base_pc, changes, key, ac
             Conflict.objects.filter(pk=conflict.pk, status=ConflictStatus.OPEN).update(
                 external_value=ext.get(field), paperclip_value=current)
     return held
+
+
+def _policy_entry_open(link, field: str) -> bool:
+    """A Paperclip-side edit of this tracker-owned field is queued as a policy entry (policy_entries.py)."""
+    return Conflict.objects.filter(link=link, kind=ConflictKind.POLICY, field=field,
+                                   status=ConflictStatus.OPEN).exists()
 
 
 def paperclip_pending(issue, task, ext: dict, base_pc: dict, changes: dict) -> set:

@@ -2,12 +2,15 @@
 retry with backoff, park poison events, import tasks and comments."""
 from __future__ import annotations
 
+import uuid
+
 from django.db import IntegrityError, transaction
 from django.db.models import Subquery
 from django.utils import timezone
 
 from connectors.choices import (
     UNFINISHED_EVENT_STATUSES,
+    ClosePolicy,
     ConflictKind,
     EventSource,
     EventStatus,
@@ -37,7 +40,9 @@ from issues.services.activity import activity_record
 from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 
-from . import codec, commands as command_service, content, field_merge, links, readback, routing, symphony
+from . import audit, codec, commands as command_service, content, field_merge, links, readback, routing, symphony
+from . import routing_conflicts
+from . import close_reopen, export_marks, run_modes
 from .common import (
     adapter_for,
     conf,
@@ -85,10 +90,11 @@ def event_store(*, instance: ConnectorInstance, event: VerifiedEvent, source: st
 
 
 def kick(instance_id, external_task_id: str):
-    """Process the task's queue after commit (Celery); the sweep is the safety net."""
-    from connectors import tasks
+    """Process the task's queue after commit (Celery, when kicks are on: services/kicks.py; else the
+    in-process worker drains it); the sweep is the safety net."""
+    from .kicks import task_events
 
-    transaction.on_commit(lambda: tasks.process_task_events.delay(str(instance_id), external_task_id))
+    task_events(instance_id, external_task_id)
 
 
 # ------------------------------------------------------------------------------------ processing
@@ -118,13 +124,9 @@ def task_events_process(*, instance_id, external_task_id: str, limit: int = 200)
 
 
 def _schedule_retry(instance_id, external_task_id, when):
-    from connectors import tasks
+    from .kicks import task_events_retry
 
-    countdown = max((when - timezone.now()).total_seconds(), 0)
-    try:
-        tasks.process_task_events.apply_async((str(instance_id), external_task_id), countdown=countdown)
-    except Exception:  # broker down: the sweep picks the retry up when it is due
-        pass
+    task_events_retry(instance_id, external_task_id, max((when - timezone.now()).total_seconds(), 0))
 
 
 def _process_head(instance: ConnectorInstance, external_task_id: str) -> str | None:
@@ -176,7 +178,8 @@ def _record_failure(instance: ConnectorInstance, event_id, exc: Exception) -> st
                               message=f"Event {event.idempotency_key} ({event.kind}) parked after "
                                       f"{event.attempts} attempts: {message}",
                               details={"lastCategory": category})
-            if link is not None and link.status != LinkStatus.PAUSED:
+            # §13.1.2: a credential failure is the instance's health error, never a link's
+            if link is not None and link.status != LinkStatus.PAUSED and category != ErrorCategory.PROVIDER_AUTH:
                 link_set_status(link, LinkStatus.ERROR, f"event {event.idempotency_key} parked",
                                 detail=f"Event parked: {message[:400]}", key=event.idempotency_key)
             result = "parked"
@@ -194,6 +197,7 @@ def _record_failure(instance: ConnectorInstance, event_id, exc: Exception) -> st
 
 
 # --------------------------------------------------------------------------------------- applying
+@audit.attributed  # §14.5: the rows it writes name the link, event and actor; one log line per outcome
 def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
     """Apply one stored event inside the caller's transaction (raises to roll everything back)."""
     verified = codec.event_load(event.payload)
@@ -223,8 +227,11 @@ def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
 
 def active_link(instance, external_task_id: str) -> TaskLink | None:
     # The link and its issue are locked together: every effect on the issue goes through this row.
-    return (TaskLink.objects.select_for_update(of=("self", "issue")).select_related("issue")
+    link = (TaskLink.objects.select_for_update(of=("self", "issue")).select_related("issue")
             .filter(instance=instance, external_task_id=external_task_id).exclude(status=LinkStatus.UNLINKED).first())
+    if link is not None:
+        audit.link_bound(link)
+    return link
 
 
 def _read_back(instance, event: InboundEvent, verified: VerifiedEvent) -> readback.ReadBack:
@@ -271,15 +278,19 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
         return dropped("auto-import is off for this connector")
     if not manual and task.state.category == StateCategory.TERMINAL:
         return dropped("terminal external task is not imported")
+    export = None if manual else export_marks.unlinked_export_of(instance, task)
+    if export is not None:  # its creation webhook beat the export's answer (or the answer was lost)
+        return dropped(f"created by the export of {export.issue.identifier} (export {export.pk}), which links it")
     label = links.provider_label(instance)
     existing, how = links.dedupe_issue(instance, task)
-    if existing is not None:
-        link = links.link_create(instance=instance, issue=existing, task=task, key=key,
-                                 origin_side=OriginSide.MANUAL_LINK if how == "backlink" else OriginSide.EXTERNAL,
-                                 cause=f"linked to existing issue by {how}")
-        _audit(link, "connector.task_linked", key, {"dedupe": how, "actor": content.actor_dict(actor)})
-        link_first_sync_ok(link, key)
-        return applied(f"linked existing issue {existing.identifier} ({how})")
+    if existing is not None:  # §6.3: paired as a manual link (§6.2.3), divergence as conflicts
+        link, diverged = links.link_existing(instance=instance, issue=existing, task=task, key=key, how=how)
+        _audit(link, "connector.task_linked", key, {"dedupe": how, "actor": content.actor_dict(actor),
+                                                    "issueId": str(existing.pk), "divergedFields": diverged})
+        return applied(f"linked existing issue {existing.identifier} ({how})"
+                       + (f"; conflicts: {', '.join(diverged)}" if diverged else ""))
+    link_id = uuid.uuid4()
+    audit.link_reserved(link_id)  # the issue is created on behalf of this link: its rows say so
     decision = routing.routing_resolve(instance=instance, task=task)
     status = links.initial_status(task.state.category)
     issue, _ = issue_create(
@@ -288,16 +299,18 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
         priority=links.issue_priority(task) or "medium", project_id=instance.project_id, goal_id=instance.goal_id,
         assignee_agent_id=decision.agent.pk if decision.agent else None, origin_kind=OriginKind.CONNECTOR,
         origin_id=content.attribution_key(instance.pk, task.external_id),
+        assignment_wake=run_modes.import_may_wake(instance),  # assigned for visibility, never started (§4.2.2)
     )
     link = links.link_create(instance=instance, issue=issue, task=task, key=key, origin_side=OriginSide.EXTERNAL,
-                             routing=decision.as_dict(), cause="imported", status=LinkStatus.HEALTHY)
+                             routing=decision.as_dict(), cause="imported", status=LinkStatus.HEALTHY,
+                             link_id=link_id)
     _routing_problems(instance, link, decision, issue, key)
     _state_mapping_check(instance, link, task, previous_name=None)
     links.backlink_record(link=link, instance=instance, issue=issue)
     _audit(link, "connector.task_imported", key, {"issueId": str(issue.pk), "identifier": issue.identifier,
                                                   "routing": decision.as_dict(), "actor": content.actor_dict(actor)})
     link_first_sync_ok(link, key)
-    if link.sync_mode != SyncMode.OBSERVER and task.state.category == StateCategory.ACTIVE:
+    if run_modes.connector_may_wake(link) and task.state.category == StateCategory.ACTIVE:
         # Imported already active (§15.3): a tracker-driven cycle like any task that becomes active; its
         # wake coalesces into the assignment run issue_create queued, which then carries the packet.
         symphony.connector_wake(link=link, issue=issue, key=key, task=task)
@@ -318,6 +331,9 @@ def _routing_problems(instance, link, decision: routing.RoutingDecision, issue: 
         who = decision.agent.name if decision.agent else "nobody (no usable triage agent)"
         body = (f"Unresolved routing for {link.external_key or link.external_task_id}: {decision.reason}. "
                 f"Assigned to the triage fallback: {who}.")
+        if run_modes.is_observer(link):  # mutates neither side: the fallback is a health entry only
+            sync_error_record(instance=instance, category=ErrorCategory.ROUTING, message=body, link=link)
+            return
         links.note(issue, body, link=link, key=key, kind="routing_unresolved")
         from .outbound import effect_record, write_refusal
 
@@ -395,7 +411,8 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
         _reroute(instance, link, issue, task, key, changes, notes)
 
     if changes:
-        issue, _, _ = issue_update(actor=SYSTEM, issue=issue, changes=changes)
+        issue, _, _ = issue_update(actor=SYSTEM, issue=issue, changes=changes,
+                                   assignment_wake=run_modes.connector_may_wake(link))
         link.issue = issue
     for body in notes:
         links.note(issue, body, link=link, key=key, kind="state")
@@ -437,21 +454,35 @@ def _category_transition(instance, link, issue, previous, task, key, actor_text,
     if new == StateCategory.TERMINAL:
         if issue.status in TERMINAL_ISSUE_STATUSES:
             return notes
-        auto_close = bool((instance.config or {}).get("autoCloseWhenIdle")) and issue.status in (
-            IssueStatus.BACKLOG, IssueStatus.TODO) and issue.checkout_run_id is None
-        if auto_close:
+        # §7.4 close policy (services/close_reopen.py): auto-close only an idle issue, else a conflict
+        auto = close_reopen.close_policy_of(link, instance) == ClosePolicy.AUTO_CLOSE
+        waits = close_reopen.auto_close_waits(issue) if auto else []
+        if auto and not waits:
             changes["status"] = IssueStatus.DONE
-            notes.append(f"{actor_text} closed {ref} ({task.state.name}); the idle issue was closed with it.")
+            notes.append(f"{actor_text} closed {ref} ({task.state.name}); the idle issue was closed with it "
+                         f"(close policy auto_close).")
+            _audit(link, "connector.issue_auto_closed", key, {"issueId": str(issue.pk), "fromStatus": issue.status,
+                                                              "externalState": task.state.name, "actor": actor_text})
         else:
+            why = f"; auto-close waits: {', '.join(waits)}" if waits else ""
             created = links.conflict_open(link=link, kind=ConflictKind.CLOSURE, key=key,
                                           detail=f"external task closed ({task.state.name}) while the issue is "
-                                                 f"{issue.status}", external={"state": task.state.name},
+                                                 f"{issue.status}{why}", external={"state": task.state.name},
                                           paperclip={"status": issue.status}, actors={"external": actor_text})[1]
             if created:
                 notes.append(f"{actor_text} moved {ref} to '{task.state.name}' (terminal) while this issue is "
-                             f"{issue.status}. Nothing was closed here: finish, cancel or resolve the conflict.")
+                             f"{issue.status}. Nothing was closed here: finish, cancel or resolve the conflict."
+                             + (f" Auto-close waits: {', '.join(waits)}." if waits else ""))
         return notes
     if previous == StateCategory.TERMINAL and issue.status in TERMINAL_ISSUE_STATUSES:
+        if close_reopen.reopens_in_place(instance):  # §7.4 reopen policy "reopen": the same issue
+            changes["status"] = links.initial_status(new)
+            _audit(link, "connector.issue_reopened", key, {"issueId": str(issue.pk), "fromStatus": issue.status,
+                                                           "toStatus": changes["status"],
+                                                           "externalState": task.state.name, "actor": actor_text})
+            notes.append(f"{actor_text} reopened {ref} ({task.state.name}); this issue was reopened "
+                         f"({issue.status} -> {changes['status']}, reopen policy).")
+            return notes
         follow_up = _follow_up(instance, link, issue, task, key)
         notes.append(f"{actor_text} reopened {ref}; follow-up issue {follow_up.identifier} now carries the link.")
         return notes
@@ -477,7 +508,9 @@ def _follow_up(instance, link: TaskLink, issue: Issue, task: ExternalTask, key: 
             description=content.render_description(task, links.provider_label(instance)),
             status=links.initial_status(task.state.category), priority=issue.priority, project_id=issue.project_id,
             goal_id=issue.goal_id, assignee_agent_id=issue.assignee_agent_id, origin_kind=OriginKind.CONNECTOR,
-            origin_id=origin, parent_id=None)
+            origin_id=origin, parent_id=None,
+            # an external reopen informs; only the Symphony profile lets it start work (§4.2.2)
+            assignment_wake=symphony.is_symphony(link) and run_modes.connector_may_wake(link))
     link.handoff_history = [*link.handoff_history, {"issueId": str(issue.pk), "endedAt": timezone.now().isoformat(),
                                                     "cause": "external reopen"}]
     link.issue = follow_up
@@ -491,11 +524,13 @@ def _reroute(instance, link, issue, task, key, changes, notes):
                                        command_agent=(link.routing or {}).get("commandAgent"))
     for problem in decision.problems:
         sync_error_record(instance=instance, category=ErrorCategory.ROUTING, message=problem, link=link)
-    link.routing = decision.as_dict() | {"commandAgent": (link.routing or {}).get("commandAgent")}
+    previous = link.routing or {}
+    link.routing = decision.as_dict() | {"commandAgent": previous.get("commandAgent")}
+    # §11.1: a route that does not resolve on a linked task is a routing conflict; its owner stays
+    if routing_conflicts.route_held(link=link, issue=issue, decision=decision, previous=previous, task=task, key=key):
+        return
     if decision.agent is None or decision.agent.pk == issue.assignee_agent_id:
         return
-    if decision.fell_back and issue.assignee_agent_id:
-        return  # nothing matches any more: keep the current owner rather than bouncing to triage
     if issue.status == IssueStatus.IN_PROGRESS:
         notes.append(f"Routing now points at {decision.agent.name} ({decision.reason}). The issue is checked out, "
                      f"so it was not reassigned: handoff requested from the current owner.")
@@ -508,6 +543,9 @@ def _task_deleted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     if link is None:
         return dropped("deleted task was not linked")
     what = "moved out of the connector's container" if "transfer" in (verified.action or "") else "deleted"
+    if run_modes.is_observer(link):
+        return applied(run_modes.observer_deletion(link, what=what, actor_text=content.actor_label(verified.actor),
+                                                   key=key))
     created = links.deletion_handle(link=link, issue=link.issue, actor_text=content.actor_label(verified.actor),
                                     key=key, what=what)
     return applied("deletion conflict opened" if created else "deletion conflict already open")
@@ -552,6 +590,27 @@ def _own_actor(instance, author) -> bool:
         bool(instance.service_account_id) and author.external_user_id == instance.service_account_id)
 
 
+MIRROR_OFF_TEXT = "mirrorExternalComments is off: tracker comments are not imported"
+
+
+def mirror_external_comments(instance, link: TaskLink) -> bool:
+    """§10.2 ``mirrorExternalComments`` (default on; commands are not comments and always run)."""
+    from .outbound import write_policy
+
+    return bool(write_policy(link, instance).get("mirrorExternalComments", True))
+
+
+def comment_changed(record: ExternalCommentLink, comment: ExternalComment) -> bool:
+    """Whether ``comment`` is a newer version than the one ``record`` imported: a later updated time
+    with another body (the same body again is no edit, e.g. a reaction that bumped the time), or,
+    when either side has no updated time, another body."""
+    if record.content_digest and record.content_digest == content.body_digest(comment.body):
+        return False
+    if comment.updated_at and record.external_updated_at:
+        return comment.updated_at > record.external_updated_at
+    return True
+
+
 def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: str) -> Outcome:
     """§7.3 / §15.2: commands first, then the attributed, sanitized, untrusted comment."""
     if link.sync_mode in (SyncMode.DISABLED, SyncMode.EXPORT_ONLY):
@@ -559,11 +618,15 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
     record = ExternalCommentLink.objects.filter(instance=instance,
                                                 external_comment_id=comment.external_comment_id).first()
     cmds = command_service.parse_commands(comment.body)
+    if run_modes.is_observer(link) and (record is not None or not cmds):
+        return dropped("observer link: comments are not imported or edited")  # commands: command_exec
     if record is not None:
         if cmds or record.comment_id is None or record.deleted:
             return dropped("comment already handled")
-        if comment.updated_at and record.external_updated_at and comment.updated_at <= record.external_updated_at:
+        if not comment_changed(record, comment):
             return dropped("comment already imported")
+        if not mirror_external_comments(instance, link):
+            return dropped(MIRROR_OFF_TEXT)
         _comment_edit(link, record, comment, key)
         return applied("comment updated")
     if cmds:
@@ -571,12 +634,17 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
 
         replies = commands_execute(instance=instance, link=link, comment=comment, commands=cmds, key=key)
         ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
-                                           comment=None, external_updated_at=comment.updated_at)
+                                           comment=None, external_updated_at=comment.updated_at,
+                                           content_digest=content.body_digest(comment.body))
         return applied(f"{len(cmds)} command(s): " + "; ".join(replies))
     if link.status == LinkStatus.PAUSED:
         return dropped("link paused (resume resyncs it)")
-    if link.sync_mode == SyncMode.OBSERVER:
-        return dropped("observer link: comments are not imported")
+    if not mirror_external_comments(instance, link):
+        # handled, not imported: turning the toggle on later does not import what was said meanwhile
+        ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
+                                           comment=None, external_updated_at=comment.updated_at,
+                                           content_digest=content.body_digest(comment.body))
+        return dropped(MIRROR_OFF_TEXT)
     issue = link.issue  # locked with the link
     body = _comment_body(link, comment)
     provenance = _provenance(link, comment, key)
@@ -589,7 +657,8 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
         Comment.objects.filter(pk=created.pk).update(author_type=AuthorType.EXTERNAL)
         created.author_type = AuthorType.EXTERNAL
     ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
-                                       comment=created, external_updated_at=comment.updated_at)
+                                       comment=created, external_updated_at=comment.updated_at,
+                                       content_digest=content.body_digest(comment.body))
     TaskLink.objects.filter(pk=link.pk).update(last_inbound_at=timezone.now())
     link_first_sync_ok(link, key)
     return applied(f"comment imported on {issue.identifier}" + ("" if wake else " (no wake)"))
@@ -615,7 +684,8 @@ def _comment_edit(link, record: ExternalCommentLink, comment: ExternalComment, k
     Comment.objects.filter(pk=record.comment_id).update(body=_comment_body(link, comment), provenance=provenance,
                                                         updated_at=timezone.now())
     record.external_updated_at = comment.updated_at
-    record.save(update_fields=["external_updated_at"])
+    record.content_digest = content.body_digest(comment.body)
+    record.save(update_fields=["external_updated_at", "content_digest"])
     _audit(link, "connector.comment_edited", key, {"commentId": str(record.comment_id)})
 
 
@@ -626,6 +696,8 @@ def _comment_deleted(instance, verified: VerifiedEvent, key: str) -> Outcome:
         if comment_id else None
     if record is None or record.deleted:
         return dropped("deleted comment was not imported")
+    if run_modes.is_observer(record.link):
+        return dropped("observer link: the imported comment is left as it is")
     record.deleted = True
     record.save(update_fields=["deleted"])
     if record.comment_id:

@@ -5,7 +5,7 @@ import logging
 
 from django.db import IntegrityError, transaction
 
-from connectors.choices import CommandPolicy, RoutingRuleKind, RunMode, SyncMode
+from connectors.choices import ClosePolicy, CommandPolicy, ReopenPolicy, RunMode, SyncMode
 from connectors.models import ConnectorInstance, RoutingRule
 from issues.actors import Actor
 from issues.exceptions import Conflict, InvalidInput
@@ -16,6 +16,7 @@ from issues.services.lookups import company_object
 from .common import adapter_class, conf, provider_known
 from .interventions import require_admin, secret_input
 from .mapping_check import CHECKED_FIELDS
+from .routing_rules import rule_errors, rules_check
 from .workflow_policy import workflow_defaults_errors
 
 log = logging.getLogger("connectors.instances")
@@ -25,7 +26,7 @@ CONFIG_FIELDS = {
     "base_url", "containers", "state_mapping", "config", "default_sync_mode", "default_run_mode", "field_policy",
     "write_policy", "wake_on_external_comment", "auto_import", "command_policy", "routing_aliases",
     "poll_interval_seconds", "reconcile_interval_seconds", "reconcile_batch_size", "project_id", "goal_id",
-    "triage_agent_id", "service_account_id", "service_account_name", "name",
+    "triage_agent_id", "service_account_id", "service_account_name", "name", "close_policy", "reopen_policy",
 }
 
 
@@ -46,9 +47,13 @@ def _no_inline_secrets(value, path="config") -> dict:
 def _validate(company: Company, data: dict, provider_key: str) -> dict:
     errors = {}
     for field, enum in (("default_sync_mode", SyncMode), ("default_run_mode", RunMode),
-                        ("command_policy", CommandPolicy)):
+                        ("command_policy", CommandPolicy), ("close_policy", ClosePolicy),
+                        ("reopen_policy", ReopenPolicy)):
         if field in data and data[field] not in enum.values:
             errors[field] = [f"Must be one of {', '.join(enum.values)}."]
+    if isinstance(data.get("config"), dict) and "autoCloseWhenIdle" in data["config"]:
+        # migration 0005 moved it: a setting that would silently do nothing is refused
+        errors["config.autoCloseWhenIdle"] = ["Replaced by closePolicy: 'auto_close' or 'conflict'."]
     if data.get("base_url") and provider_known(provider_key):
         refusal = (adapter_class(provider_key).base_url_refusal(data["base_url"]) if isinstance(data["base_url"], str)
                    else "Must be an https:// URL.")
@@ -114,6 +119,7 @@ def instance_create(*, actor: Actor, company: Company, name: str, provider_key: 
     if unknown:
         raise InvalidInput(details={k: ["Unknown field."] for k in unknown})
     _validate(company, fields, provider_key)
+    rules_check(provider_key, routing_rules)
     with transaction.atomic():
         for field in ("project_id", "goal_id", "triage_agent_id"):
             fields.pop(field, None)
@@ -138,18 +144,18 @@ def instance_create(*, actor: Actor, company: Company, name: str, provider_key: 
         activity_record(actor=actor, company_id=company.pk, action="connector.created", entity_type="connector",
                         entity_id=instance.pk, details={"name": instance.name, "provider": provider_key,
                                                         "containers": instance.containers})
+        # §7.2 "validated at setup": the mapping's shape was refused above (_validate); its check against
+        # the live workflow reads the provider, so it runs after commit, as after an update.
+        user_id = actor.user.pk if actor.is_board else None
+        transaction.on_commit(lambda: _check_later(instance.pk, set(CHECKED_FIELDS), user_id, trigger="create"),
+                              robust=True)
     return instance
 
 
 def routing_rule_create(*, instance: ConnectorInstance, order: int, kind: str, match: dict, target_agent_id=None,
                         target_alias: str = "", enabled: bool = True) -> RoutingRule:
-    errors = {}
-    if kind not in RoutingRuleKind.values:
-        errors["kind"] = [f"Must be one of {', '.join(RoutingRuleKind.values)}."]
-    if not isinstance(match, dict):
-        errors["match"] = ["Must be an object."]
-    if target_agent_id and target_alias:
-        errors["target"] = ["Give agentId or routingAlias, not both."]
+    errors = rule_errors(instance.provider_key, kind=kind, match=match, target_agent_id=target_agent_id,
+                         target_alias=target_alias)
     if errors:
         raise InvalidInput(details={"routingRules": [errors]})
     agent = company_object(Agent, instance.company_id, target_agent_id, "agentId")
@@ -165,6 +171,7 @@ def instance_update(*, actor: Actor, instance: ConnectorInstance, changes: dict,
     if unknown:
         raise InvalidInput(details={k: ["Unknown field."] for k in unknown})
     _validate(instance.company, changes, instance.provider_key)
+    rules_check(instance.provider_key, routing_rules)
     with transaction.atomic():
         row = ConnectorInstance.objects.select_for_update().get(pk=instance.pk)
         before = {field: getattr(row, field) for field in CHECKED_FIELDS}
@@ -197,11 +204,11 @@ def instance_update(*, actor: Actor, instance: ConnectorInstance, changes: dict,
     return row
 
 
-def _check_later(instance_id, changed: set, user_id):
+def _check_later(instance_id, changed: set, user_id, trigger: str = "update"):
     """Queue the mapping check (it calls the provider); with no broker the operator can run it on demand."""
     from connectors import tasks
 
     try:
-        tasks.check_mapping.delay(str(instance_id), sorted(changed), user_id)
+        tasks.check_mapping.delay(str(instance_id), sorted(changed), user_id, trigger)
     except Exception:  # broker down: the update stands, the check is advisory
         log.warning("state mapping check for connector %s not queued", instance_id)

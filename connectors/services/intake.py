@@ -1,19 +1,40 @@
-"""Webhook intake (§7.1.1): verify on the raw body, store once, answer fast, process on commit."""
+"""Webhook intake (§7.1.1): verify on the raw body, store once, answer fast, process on commit.
+
+- A delivery that verifies but does not parse (provider schema drift, §13.1.8) is stored raw as a parked
+  ``unparsed`` event with a ``schema_drift`` health entry, instead of being refused: :func:`unparsed_replay`
+  (the operator's replay) verifies and parses it again with the current code, so after an upgrade it
+  applies; a redelivery of it that now parses upgrades the same row. Bodies nested deeper than
+  ``PAPERCLIP["JSON_MAX_DEPTH"]`` and unsigned deliveries that do not parse are still refused (400).
+- A delivery that names only its task (no container: a Linear comment removal) is accepted only for a task
+  already linked on this instance, else refused like a wrong container (401, nothing stored).
+- A delivery that carries several events (``VerifiedEvent.carried``: a Jira issue update with a comment)
+  is stored as one inbox row per event, in order."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from connectors.choices import EventSource, InstanceStatus
-from connectors.models import ConnectorInstance, InboundEvent
-from connectors.providers.base import VerifiedEvent, WebhookRejected, WebhookRequest, WebhookUnparseable
+from connectors.choices import ErrorCategory, EventKindChoice, EventSource, EventStatus, InstanceStatus, LinkStatus
+from connectors.models import ConnectorInstance, InboundEvent, TaskLink
+from connectors.providers.base import (
+    EventKind,
+    TaskSourceAdapter,
+    VerifiedEvent,
+    WebhookRejected,
+    WebhookRequest,
+    WebhookUnparseable,
+)
+from connectors.providers.http import webhook_event_id
+from connectors.secrets import SecretUnavailable
+from issues.exceptions import Unprocessable
 from paperclip.core.parsers import has_nul, json_depth_exceeds, without_nul
 from paperclip.core.parsers import max_depth as max_json_depth
 
 from . import codec
-from .common import adapter_for, conf, container_allowed
+from .common import adapter_for, conf, container_allowed, sync_error_record
 from .inbound import event_store, kick
 
 
@@ -27,7 +48,16 @@ class BodyTooLarge(Exception):
     pass
 
 
+class WebhookTooDeep(WebhookUnparseable):
+    """Verified, but nested deeper than any payload: refused (400), never stored."""
+
+
+class WebhookTaskNotLinked(WebhookRejected):
+    """The delivery names no container, only a task this instance does not link (401, nothing stored)."""
+
+
 _TOO_DEEP = "Webhook body is nested too deep (more than {limit} levels of arrays/objects)."
+UNPARSED_OUTCOME = "parked: verified, but the body did not parse (schema drift); replay it after an upgrade"
 
 
 def webhook_rejected(instance_id, reason: str):
@@ -38,45 +68,176 @@ def webhook_rejected(instance_id, reason: str):
 
 
 def webhook_intake(*, instance: ConnectorInstance, body: bytes, headers: dict, url: str = "") -> IntakeResult:
-    """Raises BodyTooLarge, WebhookRejected, WebhookUnparseable (also for a verified body nested
-    deeper than ``PAPERCLIP["JSON_MAX_DEPTH"]``) or SecretUnavailable (nothing stored for any of
-    them but the rejection counter, which the caller updates)."""
+    """Raises BodyTooLarge, WebhookRejected, WebhookUnparseable (a body nested too deep, or an unsigned
+    one that does not parse) or SecretUnavailable (nothing stored for any of them but the rejection
+    counter, which the caller updates). A signed delivery that does not parse is stored parked."""
     if len(body) > int(conf("WEBHOOK_MAX_BODY_BYTES")):
         raise BodyTooLarge()
     adapter = adapter_for(instance, with_credentials=False, with_webhook_secret=True)
+    request = WebhookRequest(body=body, headers=headers, url=url)
     try:
-        verified = adapter.verify_webhook(WebhookRequest(body=body, headers=headers, url=url))
-    except RecursionError:
-        # Providers check the signature before they parse, so this body is verified but nested
-        # beyond what the JSON decoder can recurse: unparseable (400), never a 500.
-        raise WebhookUnparseable(_TOO_DEEP.format(limit=max_json_depth())) from None
-    if json_depth_exceeds(body, max_json_depth()):  # verified, parsed, but deeper than any payload
-        raise WebhookUnparseable(_TOO_DEEP.format(limit=max_json_depth()))
-    if not container_allowed(instance, verified.container_id):
-        raise WebhookRejected(f"Payload for another container ({verified.container_id}).")
-    verified = _without_nul(verified)
+        verified = _verify(adapter, request)
+    except WebhookTooDeep:
+        raise
+    except WebhookUnparseable as exc:
+        if not _signed(adapter):
+            raise  # an unverifiable body that does not even parse is not worth keeping
+        return _park_unparsed(instance, adapter, request, str(exc) or "Unparseable webhook payload.")
+    _admit(instance, verified)
     # An unsigned delivery (no webhook secret) is stored as an unverified hint: the engine applies
     # only what the provider's API returns when it reads the task back (readback.py, §5.1.5).
     signed = verified.trusted_content
-    event, created = event_store(instance=instance, event=verified, source=EventSource.WEBHOOK,
-                                 headers=_kept_headers(headers), body=body, verified=signed,
-                                 verification="signature" if signed else "unverified")
+    with transaction.atomic():
+        event, created = _store(instance, verified, headers=_kept_headers(headers), body=body)
+    _note_delivery(instance, signed)
+    return IntakeResult(event=event, created=created)
+
+
+def _signed(adapter: TaskSourceAdapter) -> bool:
+    """Providers check the signature before they parse (TaskSourceAdapter.verify_webhook) and refuse an
+    unsigned delivery unless they take hints (Jira without a secret): with a secret, an unparseable
+    body got past the signature check."""
+    return bool(adapter.config.webhook_secret)
+
+
+def _verify(adapter: TaskSourceAdapter, request: WebhookRequest) -> VerifiedEvent:
+    limit = max_json_depth()
+    try:
+        verified = adapter.verify_webhook(request)
+    except RecursionError:
+        # Verified, but nested beyond what the JSON decoder can recurse: refused (400), never a 500.
+        raise WebhookTooDeep(_TOO_DEEP.format(limit=limit)) from None
+    except WebhookUnparseable:
+        if json_depth_exceeds(request.body, limit):
+            raise WebhookTooDeep(_TOO_DEEP.format(limit=limit)) from None
+        raise
+    if json_depth_exceeds(request.body, limit):  # verified, parsed, but deeper than any payload
+        raise WebhookTooDeep(_TOO_DEEP.format(limit=limit))
+    return _without_nul(verified)
+
+
+def _admit(instance: ConnectorInstance, verified: VerifiedEvent):
+    """The container check (§14.2) of every event the delivery carries. One that names no container is
+    resolved through the task's existing link (§7.1.1): accepted only when it is linked here."""
+    for event in (verified, *verified.carried):
+        if event.container_id is None:
+            task_id = event.external_task_id or ""
+            if event.kind != EventKind.IGNORED and task_id and instance.containers and not \
+                    TaskLink.objects.filter(instance=instance, external_task_id=task_id).exclude(
+                        status=LinkStatus.UNLINKED).exists():
+                raise WebhookTaskNotLinked(f"The delivery names no container, only task {task_id}, which is not "
+                                           "linked on this connector.", category=ErrorCategory.PROVIDER_PAYLOAD)
+        elif not container_allowed(instance, event.container_id):
+            raise WebhookRejected(f"Payload for another container ({event.container_id}).")
+
+
+def _store(instance: ConnectorInstance, verified: VerifiedEvent, *, headers: dict, body: bytes,
+           source: str = EventSource.WEBHOOK) -> tuple[InboundEvent, bool]:
+    """One inbox row per event of the delivery (the carried ones after the first), each once per key;
+    a key held by a parked unparsed row (an earlier delivery of this body) upgrades that row."""
+    first, created = None, False
+    for position, event in enumerate((replace(verified, carried=()), *verified.carried)):
+        signed = event.trusted_content
+        row, new = event_store(instance=instance, event=event, source=source, headers=headers, body=body,
+                               verified=signed, verification="signature" if signed else "unverified")
+        if not new and row.kind == EventKindChoice.UNPARSED and row.status == EventStatus.PARKED:
+            row, new = _reparsed(row, event), True
+        if new and instance.status == InstanceStatus.ACTIVE and row.external_task_id and \
+                row.status == EventStatus.PENDING:
+            kick(instance.pk, row.external_task_id)
+        if position == 0:
+            first, created = row, new
+    return first, created
+
+
+def _reparsed(row: InboundEvent, event: VerifiedEvent) -> InboundEvent:
+    """An unparsed row now parsed by the current code: it becomes the event it always was (same key)."""
+    row.kind, row.action = event.kind, (event.action or "")[:100]
+    row.external_task_id = event.external_task_id or ""
+    row.payload, row.occurred_at = codec.dump(event), event.occurred_at
+    row.verified = event.trusted_content
+    row.verification = "signature" if event.trusted_content else "unverified"
+    row.attempts, row.next_attempt_at, row.error_category, row.error_message = 0, None, "", ""
+    if event.kind == EventKind.IGNORED or not row.external_task_id:
+        row.status, row.outcome = EventStatus.DROPPED, f"re-parsed: nothing to do for {event.action or 'this event'}"
+    else:
+        row.status, row.outcome = EventStatus.PENDING, "re-parsed with the current code"
+    row.save(update_fields=["kind", "action", "external_task_id", "payload", "occurred_at", "verified",
+                            "verification", "attempts", "next_attempt_at", "error_category", "error_message",
+                            "status", "outcome"])
+    return row
+
+
+def _park_unparsed(instance: ConnectorInstance, adapter: TaskSourceAdapter, request: WebhookRequest,
+                   message: str) -> IntakeResult:
+    """§13.1.8: keep the verified body raw, parked, with a health entry; once per delivery (the
+    provider's delivery id header when it sends one, else a content hash — the key it would get parsed)."""
+    header = adapter.delivery_id_header
+    key = webhook_event_id(request.headers.get(header) if header else None, request.body)[:300]
+    message = without_nul(message)[:2000]
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                row = InboundEvent.objects.create(
+                    instance=instance, company_id=instance.company_id, idempotency_key=key,
+                    source=EventSource.WEBHOOK, kind=EventKindChoice.UNPARSED, action="unparsed",
+                    raw_headers=_kept_headers(request.headers), raw_body=request.body,
+                    payload={"unparsed": {"error": message, "url": request.url}}, verified=True,
+                    verification="signature", status=EventStatus.PARKED, outcome=UNPARSED_OUTCOME,
+                    error_category=ErrorCategory.PROVIDER_PAYLOAD, error_message=message)
+        except IntegrityError:
+            return IntakeResult(event=InboundEvent.objects.get(instance=instance, idempotency_key=key), created=False)
+        sync_error_record(instance=instance, category=ErrorCategory.SCHEMA_DRIFT, event=row,
+                          message=f"Webhook delivery {key} verified but did not parse; stored raw and parked "
+                                  f"(replay it after an upgrade): {message}",
+                          details={"eventId": row.pk, "idempotencyKey": key, "error": message})
+    _note_delivery(instance, True)
+    return IntakeResult(event=row, created=True)
+
+
+def unparsed_replay(*, event: InboundEvent) -> dict:
+    """An operator's replay of a parked ``unparsed`` event (inside the intervention's transaction):
+    verify and parse its raw body again with the current code and the current webhook secret. Parsed,
+    it becomes the event it always was and is queued; otherwise the replay is refused (422) and the row
+    stays parked. A stored Linear-style timestamp is measured against when the delivery arrived."""
+    instance = event.instance
+    info = (event.payload or {}).get("unparsed") or {}
+    request = WebhookRequest(body=bytes(event.raw_body or b""), headers=dict(event.raw_headers or {}),
+                             url=info.get("url") or "", received_at=event.received_at.timestamp())
+    try:
+        verified = _verify(adapter_for(instance, with_credentials=False, with_webhook_secret=True), request)
+        _admit(instance, verified)
+    except WebhookUnparseable as exc:
+        raise Unprocessable("The stored delivery still does not parse with this version.", code="webhook_unparseable",
+                            details={"error": [str(exc)[:500]]})
+    except WebhookRejected as exc:
+        raise Unprocessable("The stored delivery no longer verifies for this connector.", code="webhook_rejected",
+                            details={"error": [str(exc)[:500]]})
+    except (SecretUnavailable, LookupError) as exc:
+        raise Unprocessable("The connector's webhook secret or provider is not available.",
+                            code="webhook_secret_unavailable", details={"error": [str(exc)[:500]]})
+    row, _ = _store(instance, verified, headers=dict(event.raw_headers or {}), body=bytes(event.raw_body or b""),
+                    source=event.source)
+    return {"eventId": row.pk, "status": row.status, "kind": row.kind, "reparsed": True}
+
+
+def _note_delivery(instance: ConnectorInstance, signed: bool):
     now = timezone.now()
     if (signed and not instance.webhook_verified) or instance.last_webhook_at is None or \
             (now - instance.last_webhook_at).total_seconds() >= 1:
         # At most one health write per second per instance: a busy repository does not contend on it.
         health = {"last_webhook_at": now} | ({"webhook_verified": True} if signed else {})
         ConnectorInstance.objects.filter(pk=instance.pk).update(**health)
-    if created and instance.status == InstanceStatus.ACTIVE and event.external_task_id:
-        kick(instance.pk, event.external_task_id)
-    return IntakeResult(event=event, created=created)
 
 
 def _without_nul(event: VerifiedEvent) -> VerifiedEvent:
     """A tracker's text may hold a NUL, which PostgreSQL's text and jsonb cannot store (a 500 at
     intake): the normalized event keeps U+FFFD in its place (the raw body is bytes, kept exact)."""
-    data = codec.dump(event)
-    return codec.event_load(without_nul(data)) if has_nul(data) else event
+    if event.carried:
+        event = replace(event, carried=tuple(_without_nul(extra) for extra in event.carried))
+    main = replace(event, carried=())
+    data = codec.dump(main)
+    return replace(codec.event_load(without_nul(data)), carried=event.carried) if has_nul(data) else event
 
 
 SKIPPED_HEADERS = {"authorization", "cookie"}

@@ -9,6 +9,7 @@ from django.utils import timezone
 from connectors import secrets
 from connectors.choices import (
     ConflictStatus,
+    EventKindChoice,
     EventSource,
     EventStatus,
     InstanceStatus,
@@ -25,7 +26,10 @@ from issues.exceptions import Conflict as ConflictError
 from issues.exceptions import Forbidden, InvalidInput, NotFound, Unprocessable
 from issues.services.activity import activity_record
 
+from . import audit
 from .common import adapter_for, link_set_status, sync_error_record
+from .credential_health import credentials_ok
+from .outbound_queue import pending_kick
 
 ADMIN_ROLES = (MemberRole.OWNER, MemberRole.ADMIN)
 
@@ -118,6 +122,10 @@ def pending_task_ids(instance, limit: int = 10_000) -> list[str]:
 def _kick_all(instance_id, task_ids):
     from connectors import tasks
 
+    from .kicks import enabled
+
+    if not enabled():
+        return  # the in-process worker drains the queues (services/kicks.py)
     for task_id in task_ids:
         tasks.process_task_events.delay(str(instance_id), task_id)
 
@@ -149,6 +157,9 @@ def credentials_rotate(*, actor: Actor, instance: ConnectorInstance, idempotency
         stale = [r.split(":", 1)[1] for r in old if r.startswith("secret:") and r not in
                  (row.credentials_ref, row.webhook_secret_ref)]
         ConnectorSecret.objects.filter(pk__in=stale, company_id=row.company_id).delete()
+        # §13.1.2: new credentials end a credential incident; pending writes retry now, not at their backoff
+        credentials_ok(row, cause="credentials rotated")
+        pending_kick(row.pk)
         return {"rotated": changed}
 
     return _intervene(actor=actor, instance=instance, action=InterventionAction.CREDENTIALS_ROTATE,
@@ -299,6 +310,10 @@ def event_replay(*, actor: Actor, event: InboundEvent, idempotency_key: str, rea
         if row.status != EventStatus.PARKED:
             raise Unprocessable("Only parked events are replayed.", code="event_not_parked",
                                 details={"status": row.status})
+        if row.kind == EventKindChoice.UNPARSED:  # §13.1.8: verify and parse the raw body again, with this code
+            from .intake import unparsed_replay
+
+            return unparsed_replay(event=row)
         row.status, row.attempts, row.next_attempt_at = EventStatus.PENDING, 0, None
         row.outcome = "replay requested"
         row.save(update_fields=["status", "attempts", "next_attempt_at", "outcome"])
@@ -336,7 +351,8 @@ def task_import_manual(*, actor: Actor, instance: ConnectorInstance, idempotency
             existing = active_link(instance, task.external_id)
             if existing is not None:
                 return {"linkId": str(existing.pk), "issueId": str(existing.issue_id), "created": False}
-            task_import(instance=instance, task=task, key=idempotency_key, manual=True)
+            with audit.operator_cause(instance=instance, key=idempotency_key, external_task_id=task.external_id):
+                task_import(instance=instance, task=task, key=idempotency_key, manual=True)
             link = active_link(instance, task.external_id)
             return {"linkId": str(link.pk), "issueId": str(link.issue_id), "created": True}
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 
 from django.db import transaction
 from django.db.models import Q
@@ -15,14 +16,14 @@ from connectors.choices import (
     RunMode,
 )
 from connectors.models import Conflict, ConnectorInstance, LinkTransition, TaskLink
-from connectors.providers.base import ExternalTask
+from connectors.providers.base import ExternalTask, normalize_labels
 from issues.actors import SYSTEM
 from issues.choices import AuthorType, IssueStatus, OriginKind
 from issues.models import Comment, Issue
 from issues.services.activity import activity_record
 from issues.services.thread import comment_create
 
-from . import content
+from . import audit, backlinks, content
 from .common import link_set_status
 
 BACKLINK = re.compile(r"<!--\s*paperclip:issue[=:]\s*([0-9a-fA-F-]{36})")
@@ -56,11 +57,13 @@ def paperclip_snapshot(issue: Issue) -> dict:
 
 
 def wake_on_comment(link: TaskLink, instance: ConnectorInstance) -> bool:
+    if link.run_mode == RunMode.EXTERNAL_OBSERVER:
+        return False  # no execution coupling (§4.2.2), whatever wakeOnExternalComment says
     if link.wake_on_external_comment is not None:
         return link.wake_on_external_comment
     if instance.wake_on_external_comment is not None:
         return instance.wake_on_external_comment
-    return link.run_mode != RunMode.EXTERNAL_OBSERVER
+    return True
 
 
 
@@ -76,13 +79,19 @@ def note(issue: Issue, body: str, *, link: TaskLink | None = None, key: str = ""
 
 
 def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue | None, str]:
-    """§6.3 steps 2 and 3 (step 1, an active link, is checked by the caller)."""
+    """§6.3 steps 2 and 3 (step 1, an active link, is checked by the caller), in the spec's order:
+    our backlink (the issue id marker in the description, then the backlink the provider carries:
+    services/backlinks.py), then a reference to the task on an issue of the company. Never an issue
+    another link of this instance holds."""
     active = TaskLink.objects.filter(instance=instance).exclude(status=LinkStatus.UNLINKED).values("issue_id")
     match = BACKLINK.search(task.description or "")
     if match:
         issue = Issue.objects.filter(company_id=instance.company_id, pk=match.group(1)).exclude(pk__in=active).first()
         if issue is not None:
             return issue, "backlink"
+    issue = backlinks.backlinked_issue(instance, task, exclude=active)
+    if issue is not None:
+        return issue, "backlink"
     refs = Q(origin_kind=OriginKind.CONNECTOR, origin_id=content.attribution_key(instance.pk, task.external_id))
     if task.url:
         refs |= Q(description__contains=task.url)
@@ -91,11 +100,14 @@ def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue
 
 
 def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask, origin_side: str, key: str,
-                routing: dict | None = None, cause: str, status: str = LinkStatus.PENDING) -> TaskLink:
+                routing: dict | None = None, cause: str, status: str = LinkStatus.PENDING,
+                link_id=None) -> TaskLink:
     """``status=healthy`` when the first sync commits with the creation (an import): the link is
-    never observably pending, so it is born healthy with one transition."""
+    never observably pending, so it is born healthy with one transition. ``link_id``: the id the
+    caller already attributed earlier writes to (an import creates the issue first)."""
     label = provider_label(instance)
     link = TaskLink.objects.create(
+        **({"id": link_id} if link_id else {}),
         company_id=instance.company_id, instance=instance, provider_key=instance.provider_key,
         project_id=issue.project_id, goal_id=issue.goal_id, issue=issue,
         external_project_id=task.container_id or "", external_task_id=task.external_id,
@@ -109,6 +121,7 @@ def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask
     )
     LinkTransition.objects.create(link=link, from_status="", to_status=status, cause=cause,
                                   idempotency_key=key[:300])
+    audit.link_bound(link)  # the rest of the event's audit rows name it (§14.5)
     return link
 
 
@@ -130,6 +143,40 @@ def conflict_open(*, link: TaskLink, kind: str, field: str = "", detail: str = "
                         details={"conflictId": str(conflict.pk), "kind": kind, "field": field, "detail": detail,
                                  "eventKey": key, "instanceId": str(link.instance_id)})
     return conflict, True
+
+
+# The conflict entries being resolved right now, as (conflict id, link id, field), set by
+# conflicts.conflict_resolve: the writes a resolution makes are that resolution, so they neither "settle"
+# the entry nor count as a new Paperclip edit of the field (policy_entries.py).
+RESOLVING: ContextVar[frozenset] = ContextVar("connector_conflicts_resolving", default=frozenset())
+
+
+def resolving(link_id, field: str) -> bool:
+    """Whether a resolution of a conflict on this link and field is what is writing it now."""
+    return any(lid == link_id and f == field for _, lid, f in RESOLVING.get())
+
+
+def conflict_settle(*, link: TaskLink, kind: str, field: str = "", resolution: str, key: str = "") -> bool:
+    """Close the open conflict of this kind/field that a later change made moot (a route that resolves
+    again, a Paperclip edit that now equals the tracker's value): resolved with ``resolution``, audited,
+    and the link leaves ``conflict`` when no open entry remains. Returns whether one was open."""
+    from django.utils import timezone
+
+    with transaction.atomic():
+        ids = list(Conflict.objects.filter(link=link, kind=kind, field=field, status=ConflictStatus.OPEN)
+                   .exclude(pk__in=[pk for pk, _, _ in RESOLVING.get()]).values_list("pk", flat=True))
+        if not ids:
+            return False
+        Conflict.objects.filter(pk__in=ids).update(status=ConflictStatus.RESOLVED, resolution=resolution[:32],
+                                                   resolved_at=timezone.now())
+        if link.status == LinkStatus.CONFLICT and not Conflict.objects.filter(
+                link=link, status=ConflictStatus.OPEN).exists():
+            link_set_status(link, LinkStatus.HEALTHY, f"{kind} conflict settled ({resolution})", detail="", key=key)
+        activity_record(actor=SYSTEM, company_id=link.company_id, action="connector.conflict_settled",
+                        entity_type="connector_link", entity_id=link.pk,
+                        details={"conflictIds": [str(pk) for pk in ids], "kind": kind, "field": field,
+                                 "resolution": resolution, "eventKey": key, "instanceId": str(link.instance_id)})
+    return True
 
 
 def deletion_handle(*, link: TaskLink, issue: Issue, actor_text: str, key: str, what: str = "deleted") -> bool:
@@ -168,18 +215,73 @@ def link_manual(*, actor, instance: ConnectorInstance, issue: Issue, task: Exter
         raise ConflictError("The issue or the external task already has an active link on this connector.",
                             code="already_linked", details={"issueId": [str(issue.pk)],
                                                            "externalTaskId": [task.external_id]})
-    ext = external_snapshot(task, label)
-    diverged = []
-    if issue.title != ext["title"]:
-        diverged.append(("title", issue.title, ext["title"]))
-    for field, paperclip_value, external_value in diverged:
-        conflict_open(link=link, kind=ConflictKind.FIELD, field=field, detail=f"{field} differs at manual link",
-                      base=None, external=external_value, paperclip=paperclip_value, key=key)
-    if not diverged:
-        link_set_status(link, LinkStatus.HEALTHY, "manual link: both sides agree", detail="", key=key)
+    diverged = pair_check(link=link, issue=issue, task=task, label=label, key=key, at="manual link")
+    backlink_record(link=link, instance=instance, issue=issue)  # §12.4, and what a later dedupe finds (§6.3)
     activity_record(actor=actor, company_id=link.company_id, action="connector.link_created",
                     entity_type="connector_link", entity_id=link.pk,
                     details={"instanceId": str(instance.pk), "issueId": str(issue.pk), "originSide": "manual_link",
                              "externalTaskId": task.external_id, "externalKey": task.external_key,
-                             "idempotencyKey": key, "divergedFields": [d[0] for d in diverged]})
+                             "idempotencyKey": key, "divergedFields": diverged})
     return link
+
+
+def link_existing(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask, key: str,
+                  how: str) -> tuple[TaskLink, list[str]]:
+    """The §6.3 dedupe found ``issue`` for the task (``how``: backlink / reference): no issue is
+    created; the two existing records are paired as a manual link (§6.2.3: origin ``manual_link``,
+    both sides compared, divergence surfaced as conflicts). A pairing this company had before (an
+    unlink, another instance) keeps its field policy. Returns the link and the diverged fields."""
+    previous = (TaskLink.objects.filter(company_id=instance.company_id, provider_key=instance.provider_key,
+                                        issue=issue, external_task_id=task.external_id)
+                .order_by("-created_at").values_list("field_policy", flat=True).first())
+    link = link_create(instance=instance, issue=issue, task=task, key=key, origin_side=OriginSide.MANUAL_LINK,
+                       cause=f"linked to existing issue by {how} (dedupe)")
+    if previous is not None and previous != link.field_policy:
+        link.field_policy = dict(previous)
+        link.save(update_fields=["field_policy", "updated_at"])
+    diverged = pair_check(link=link, issue=issue, task=task, label=provider_label(instance), key=key,
+                          at=f"dedupe by {how}")
+    if how != "backlink":
+        backlink_record(link=link, instance=instance, issue=issue)  # the task does not point here yet
+    return link, diverged
+
+
+# External category -> the issue statuses that agree with it (an imported active task is todo until
+# checked out; Linear's unstarted "Todo" maps to backlog by default).
+AGREEING_STATUSES = {"backlog": {IssueStatus.BACKLOG, IssueStatus.TODO},
+                     "active": {IssueStatus.TODO, IssueStatus.IN_PROGRESS},
+                     "review": {IssueStatus.IN_REVIEW}, "blocked": {IssueStatus.BLOCKED},
+                     "terminal": {IssueStatus.DONE, IssueStatus.CANCELLED}}
+
+
+def divergences(issue: Issue, task: ExternalTask, label: str) -> list[tuple[str, object, object]]:
+    """§6.2.3: the synced fields on which the issue and the task disagree, as (field, Paperclip value,
+    external value) in the vocabulary of the base snapshot and conflict resolution: title and
+    description (as an import renders them), priority (when the tracker has one), labels (when the
+    issue carries any: Paperclip never takes labels from a tracker), the state (the issue status
+    against the task's category). ``dueAt`` has no Paperclip counterpart and cannot diverge."""
+    ext = external_snapshot(task, label)
+    found = [(field, getattr(issue, field), ext[field]) for field in ("title", "description")
+             if getattr(issue, field) != ext[field]]
+    priority = issue_priority(task)
+    if priority is not None and issue.priority != priority:
+        found.append(("priority", issue.priority, task.priority))
+    names = list(issue.labels.values_list("name", flat=True))
+    if names and sorted(normalize_labels(names)) != sorted(task.labels):
+        found.append(("labels", sorted(names), list(task.labels)))
+    category = task.state.category
+    if issue.status not in AGREEING_STATUSES.get(category, ()):
+        found.append(("state", issue.status, category))
+    return found
+
+
+def pair_check(*, link: TaskLink, issue: Issue, task: ExternalTask, label: str, key: str, at: str) -> list[str]:
+    """Compare a new pairing of existing records: one field conflict per divergent field (the link in
+    ``conflict``), else the link is healthy. Returns the diverged fields."""
+    diverged = divergences(issue, task, label)
+    for field, paperclip_value, external_value in diverged:
+        conflict_open(link=link, kind=ConflictKind.FIELD, field=field, detail=f"{field} differs at {at}",
+                      base=None, external=external_value, paperclip=paperclip_value, key=key)
+    if not diverged:
+        link_set_status(link, LinkStatus.HEALTHY, f"{at}: both sides agree", detail="", key=key)
+    return [d[0] for d in diverged]

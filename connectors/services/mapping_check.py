@@ -49,22 +49,23 @@ def state_mapping_check(*, actor: Actor, instance: ConnectorInstance, trigger: s
     return report
 
 
-def check_after_update(*, actor: Actor, instance_id, changed: set[str]) -> dict | None:
-    """The post-commit hook of ``instance_update``: re-check when the mapping-relevant configuration changed.
-    Never raises (the update is committed already); a failure of the check itself becomes a health entry."""
+def check_after_update(*, actor: Actor, instance_id, changed: set[str], trigger: str = "update") -> dict | None:
+    """The post-commit hook of ``instance_update`` (and of ``instance_create``, ``trigger="create"``): re-check
+    when the mapping-relevant configuration changed. Never raises (the change is committed already); a
+    failure of the check itself becomes a health entry."""
     if not changed & set(CHECKED_FIELDS):
         return None
     instance = ConnectorInstance.objects.filter(pk=instance_id).first()
     if instance is None:
         return None
     try:
-        return state_mapping_check(actor=actor, instance=instance, trigger="update")
+        return state_mapping_check(actor=actor, instance=instance, trigger=trigger)
     except Exception as exc:  # noqa: BLE001 — an update must never break because its check did
-        log.exception("state mapping check after the update of connector %s failed", instance_id)
+        log.exception("state mapping check after the %s of connector %s failed", trigger, instance_id)
         try:
             sync_error_record(instance=instance, category=ErrorCategory.CONFIG,
-                              message=f"State mapping check after the update failed: {type(exc).__name__}: {exc}",
-                              details={"check": "state_mapping", "trigger": "update"})
+                              message=f"State mapping check after the {trigger} failed: {type(exc).__name__}: {exc}",
+                              details={"check": "state_mapping", "trigger": trigger})
         except Exception:  # noqa: BLE001
             log.exception("could not record the failed mapping check of connector %s", instance_id)
         return None

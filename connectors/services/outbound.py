@@ -4,7 +4,8 @@ Effects are rows of the outbox (``OutboundEffect``), recorded inside the transac
 Paperclip change that caused them (connectors.receivers subscribes to the issues app's in-transaction
 signals) and keyed ``(link, kind, source id)``, so a change can never produce the same write twice.
 Workers drain them (``connectors.tasks.deliver_outbound`` after commit, the sweep as the safety
-net) with bounded retries and backoff through the adapter's optional write methods. Every write is
+net) through the adapter's optional write methods, in order per link, retrying over hours before an
+effect is parked for the operator (``outbound_queue``: order, backoff horizon, parking). Every write is
 checked against the link's sync mode, field policy and write toggles (§10.2 defaults) both when it
 is recorded and when it is delivered; every mirrored comment carries agent attribution, the issue
 link and a stable hidden marker ``<!-- paperclip:effect:<id> -->`` (§10.4).
@@ -12,7 +13,6 @@ link and a stable hidden marker ``<!-- paperclip:effect:<id> -->`` (§10.4).
 Nothing in the issues or cases apps calls a provider: they only send signals."""
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 
 from django.db import transaction
@@ -31,16 +31,17 @@ from issues.actors import SYSTEM
 from issues.choices import IssueStatus
 from issues.services.activity import activity_record
 
-from . import content
-from .common import adapter_class, adapter_for, conf, failure_of, retry_backoff, sync_error_record
+from . import content, logctx
+from . import outbound_queue as outbox
+from .common import adapter_class, adapter_for, conf
+from .credential_health import credentials_ok
 
-log = logging.getLogger("connectors.outbound")
 
 WRITE_SYNC_MODES = ("bidirectional", "export_only")
 MILESTONE_DEBOUNCE = timedelta(minutes=5)  # §10.2: per link, except claim/done/review
-# "pr": an opened pull request is the review request of the Symphony handoff (§10.3), so it is not held.
-UNDEBOUNCED_MILESTONES = ("claim", "done", "review", "failure", "state", "pr", "release")
-DELIVERY_LEASE = timedelta(seconds=120)  # a claimed delivery is retried after this if its worker died
+# "pr": an opened pull request is the review request of the Symphony handoff (§10.3), so it is not held;
+# "transcript": one comment per run (services/transcripts.py), never batched with another run's.
+UNDEBOUNCED_MILESTONES = ("claim", "done", "review", "failure", "state", "pr", "release", "transcript")
 RECENT_OUTBOUND = timedelta(days=7)  # echo suppression window for outbound keys
 MARKER = "<!-- paperclip:effect:{id} -->"
 
@@ -152,7 +153,7 @@ def effect_record(*, link: TaskLink, kind: str, source_id: str, payload: dict,
         row = TaskLink.objects.only("pk", "last_milestone_at").get(pk=link.pk)
         pending = (OutboundEffect.objects.select_for_update().filter(
             link=link, kind=OutboundKind.COMMENT, status=OutboundStatus.PENDING, payload__milestone=milestone,
-            attempts=0).order_by("id").first())
+            attempts=0, last_attempt_at__isnull=True).order_by("id").first())
         if pending is not None:
             # batch into the comment already waiting for its window (one comment per 5 minutes)
             pending.payload = {**pending.payload, "lines": [*pending.payload.get("lines", []),
@@ -172,20 +173,9 @@ def effect_record(*, link: TaskLink, kind: str, source_id: str, payload: dict,
 
 
 def _kick(effect_id, due):
-    from connectors import tasks
+    from .kicks import outbound_delivery
 
-    def send():
-        try:
-            countdown = max((due - timezone.now()).total_seconds(), 0)
-            if countdown:
-                tasks.deliver_outbound.apply_async((effect_id,), countdown=countdown)
-            else:
-                tasks.deliver_outbound.delay(effect_id)
-        except Exception:  # broker down: the sweep delivers it
-            log.warning("outbound effect %s not kicked; the sweep will deliver it", effect_id)
-
-    transaction.on_commit(send)
-
+    transaction.on_commit(lambda: outbound_delivery(effect_id, max((due - timezone.now()).total_seconds(), 0)))
 
 
 def _comment(link: TaskLink, source_id: str, milestone: str, text: str, agent_name: str | None, toggle: str):
@@ -438,7 +428,8 @@ def _render(effect: OutboundEffect, link: TaskLink) -> str:
 def _refusal_at_delivery(effect: OutboundEffect, link: TaskLink) -> str:
     milestone = (effect.payload or {}).get("milestone", "")
     toggle = {"mirror": "mirrorAgentComments", "state": "projectStatus", "pr": "postArtifactLinks",
-              "artifact": "postArtifactLinks"}.get(milestone, "postProgressComments") \
+              "artifact": "postArtifactLinks",
+              "transcript": "postTranscripts"}.get(milestone, "postProgressComments") \
         if effect.kind == OutboundKind.COMMENT and milestone else None
     if effect.kind == OutboundKind.COMMENT and (effect.payload or {}).get("tool"):
         toggle = "postProgressComments"  # agent tool comments (connectors.services.agent_tools.COMMENT_TOGGLE)
@@ -462,30 +453,60 @@ def _refusal_at_delivery(effect: OutboundEffect, link: TaskLink) -> str:
     return write_refusal(link, effect.kind, toggle=toggle)
 
 
+RELEASED = ("done", "cancelled", "failed", "parked")  # outcomes after which the link's next effect may go
+
+
 def effect_deliver(*, effect_id) -> str:
-    """Deliver one due effect: claim it under a lease, write through the adapter outside any
-    transaction, then record the outcome. A retry after a lost outcome (the write may have reached
-    the provider) looks for the effect's marker first, so a comment is posted once."""
+    """Deliver one due effect, then drain its link's next due effects in order (each one claimed like
+    the first). Returns the first effect's outcome."""
+    result, link_id = _deliver_one(effect_id)
+    outcome = result
+    for _ in range(int(conf("SWEEP_BATCH"))):
+        if outcome not in RELEASED:
+            break
+        following = outbox.next_due(link_id)
+        if following is None:
+            break
+        outcome, _ = _deliver_one(following)
+    return result
+
+
+def _deliver_one(effect_id) -> tuple[str, object]:
+    """Claim one due effect under a lease, write through the adapter outside any transaction, then
+    record the outcome. It waits while an earlier effect of its link is active (order per link). A
+    retry after a lost outcome (the write may have reached the provider) looks for the effect's
+    marker first, so a comment is posted once."""
     now = timezone.now()
     with transaction.atomic():
         effect = (OutboundEffect.objects.select_for_update(skip_locked=True)
                   .filter(pk=effect_id, status=OutboundStatus.PENDING).first())
         if effect is None:
-            return "not_pending"
+            return "not_pending", None
         if effect.next_attempt_at and effect.next_attempt_at > now:
-            return "not_due"
+            return "not_due", effect.link_id
+        if outbox.blocker(effect, now):
+            return "waiting", effect.link_id  # the earlier effect's delivery drains this one
         link = TaskLink.objects.select_related("instance", "issue").get(pk=effect.link_id)
         if link.instance.status == InstanceStatus.PAUSED or link.status == LinkStatus.PAUSED:
-            return "held"  # resumes with the link/instance (the sweep retries)
+            return "held", link.pk  # resumes with the link/instance (the sweep retries)
         refusal = _refusal_at_delivery(effect, link)
         if refusal:
             effect.status, effect.error_message = OutboundStatus.CANCELLED, f"not written: {refusal}"
             effect.save(update_fields=["status", "error_message"])
-            return "cancelled"
-        resumed = effect.attempts > 0
+            return "cancelled", link.pk
+        until = outbox.deferred_until(link.instance, now)
+        if until:  # the provider's rate limit: wait for its reset without spending an attempt
+            OutboundEffect.objects.filter(pk=effect.pk).update(next_attempt_at=until)
+            return "deferred", link.pk
+        resumed = effect.attempts > 0 or effect.last_attempt_at is not None  # a replay keeps the marker check
         effect.attempts += 1
-        effect.next_attempt_at = now + DELIVERY_LEASE
-        effect.save(update_fields=["attempts", "next_attempt_at"])
+        effect.last_attempt_at, effect.next_attempt_at = now, now + outbox.lease()
+        effect.save(update_fields=["attempts", "last_attempt_at", "next_attempt_at"])
+    return _write(effect, link, resumed), link.pk
+
+
+@logctx.outbound_logged  # §12.1: one structured line per delivery outcome
+def _write(effect: OutboundEffect, link: TaskLink, resumed: bool) -> str:
     written = {}
     try:
         if effect.kind == OutboundKind.FIELDS:
@@ -499,7 +520,7 @@ def effect_deliver(*, effect_id) -> str:
         else:
             external_ref = _perform(effect, link, resumed)
     except NotImplementedError:
-        OutboundEffect.objects.filter(pk=effect.pk).update(status=OutboundStatus.CANCELLED,
+        OutboundEffect.objects.filter(pk=effect.pk).update(status=OutboundStatus.CANCELLED, next_attempt_at=None,
                                                            error_message="the provider does not implement it")
         return "cancelled"
     except NoMappedState as exc:
@@ -511,12 +532,14 @@ def effect_deliver(*, effect_id) -> str:
                 _comment(link, f"{effect.source_id}:comment", "state", fallback["text"], fallback.get("agent"),
                          "projectStatus")
         return "cancelled"
-    except Exception as exc:  # provider errors and anything else: retry with backoff, then give up
-        return _failed(effect, link, exc)
+    except Exception as exc:  # provider errors and anything else: retried over the horizon, then parked
+        return outbox.failure_record(effect, link, exc)
     with transaction.atomic():
         OutboundEffect.objects.filter(pk=effect.pk).update(status=OutboundStatus.DONE, external_ref=external_ref or "",
                                                            done_at=timezone.now(), error_message="",
-                                                           next_attempt_at=None)
+                                                           error_category="", next_attempt_at=None)
+        if link.instance.auth_error_at and credentials_ok(link.instance, cause=f"outbound {effect.kind} written"):
+            outbox.pending_kick(link.instance_id)  # the provider took a write: the credentials work again
         fields = {"last_outbound_at": timezone.now()}
         if effect.kind == OutboundKind.STATE:
             # what we wrote is now the tracker's state: the echo is not a change (and not a conflict)
@@ -679,41 +702,10 @@ def _find_marked(adapter, ref, mark: str) -> str | None:
     return None
 
 
-def _failed(effect: OutboundEffect, link: TaskLink, exc: Exception) -> str:
-    category, message = failure_of(exc)
-    with transaction.atomic():
-        row = OutboundEffect.objects.select_for_update().get(pk=effect.pk)
-        row.error_message = message
-        if row.attempts >= int(conf("MAX_ATTEMPTS")):
-            row.status, row.next_attempt_at = OutboundStatus.FAILED, None
-            result = "failed"
-        else:
-            row.next_attempt_at = timezone.now() + retry_backoff(row.attempts, getattr(exc, "retry_after", None))
-            result = "retry"
-        row.save(update_fields=["status", "error_message", "next_attempt_at"])
-        sync_error_record(instance=link.instance, category=category, link=link,
-                          message=f"Outbound {row.kind} {row.source_id} (attempt {row.attempts}) "
-                                  f"{'gave up' if result == 'failed' else 'failed'}: {message}",
-                          details={"effectId": row.pk})
-    if result == "retry":
-        from connectors import tasks
-
-        try:
-            tasks.deliver_outbound.apply_async((row.pk,), countdown=max(
-                (row.next_attempt_at - timezone.now()).total_seconds(), 0))
-        except Exception:
-            pass
-    return result
-
-
 def effects_due(limit: int | None = None) -> list[int]:
-    """Pending effects whose time has come (new, retry due, or a lease that expired)."""
-    now = timezone.now()
-    from django.db.models import Q
-
-    return list(OutboundEffect.objects.filter(status=OutboundStatus.PENDING)
-                .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-                .order_by("id").values_list("pk", flat=True)[:limit or int(conf("SWEEP_BATCH"))])
+    """Pending effects whose time has come (new, retry due, or a lease that expired) and that no
+    earlier effect of their link holds back."""
+    return outbox.heads_due(limit)
 
 
 def recent_outbound_ref(instance, external_ref: str) -> bool:

@@ -2,8 +2,11 @@
 
 A poll page's effects and its cursor commit in one transaction (§4.1.7): a crash in between
 rolls both back, and the next poll re-applies the page idempotently. Reconciliation reads a
-rolling window of links per tick (cursor ``reconcile:links``) with batched state calls."""
+rolling window of links per tick (cursor ``reconcile:links``) with batched state calls. Both ticks
+end with the comment backstop over their own window of links (services/comment_poll.py)."""
 from __future__ import annotations
+
+import logging
 
 from django.db import transaction
 from django.db.models import Count
@@ -17,7 +20,7 @@ from connectors.choices import (
     InstanceStatus,
     LinkStatus,
 )
-from connectors.models import ConnectorInstance, InboundEvent, SyncCursor, TaskLink
+from connectors.models import ConnectorInstance, InboundEvent, TaskLink
 from connectors.providers.base import (
     EventKind,
     ExternalTask,
@@ -27,19 +30,15 @@ from connectors.providers.base import (
     normalize_state_name,
 )
 
-from .common import adapter_for, conf, sync_error_record
+from .comment_poll import comments_poll, comments_reconcile
+from .common import adapter_for, conf, cursor_get, cursor_save, sync_error_record
+from .common import provider_degrade as _degrade
+from .logctx import engine_log
+from .credential_health import credentials_ok
+from .outbound_queue import pending_kick
 from .inbound import event_apply, event_store, kick
 
 RECONCILE_SCOPE = "reconcile:links"
-
-
-def cursor_get(instance, scope: str) -> str | None:
-    value = SyncCursor.objects.filter(instance=instance, scope=scope).values_list("cursor", flat=True).first()
-    return value or None
-
-
-def cursor_save(instance, scope: str, value: str | None):
-    SyncCursor.objects.update_or_create(instance=instance, scope=scope, defaults={"cursor": value or ""})
 
 
 def _task_key(task: ExternalTask) -> str:
@@ -82,6 +81,12 @@ def poll_page_apply(*, instance: ConnectorInstance, scope: str, page, source: st
                     last_attempt_at=timezone.now())
         except Exception:  # left pending: the worker applies it with retry accounting
             kick(instance.pk, task.external_id)
+    for record in getattr(page, "skipped", None) or ():
+        # §13.1.8: a malformed record is reported and skipped; the rest of the page and the cursor go on.
+        sync_error_record(instance=instance, category=ErrorCategory.SCHEMA_DRIFT,
+                          message=f"Poll of {scope}: record {record.get('recordKey') or record.get('recordId') or '?'} "
+                                  f"skipped: {record.get('reason', '')}",
+                          details={"scope": scope, **record})
     if page.cursor:
         cursor_save(instance, f"tasks:{scope}", page.cursor)
     return changed
@@ -93,6 +98,7 @@ def instance_poll(*, instance_id, max_pages: int | None = None) -> dict:
         return {"pages": 0, "tasks": 0}
     max_pages = max_pages or int(conf("POLL_MAX_PAGES"))
     pages = tasks = 0
+    auth_refused = False
     try:
         adapter = adapter_for(instance)
     except Exception as exc:
@@ -112,6 +118,7 @@ def instance_poll(*, instance_id, max_pages: int | None = None) -> dict:
                     cursor, relisted = None, True
                     continue
                 sync_error_record(instance=instance, category=exc.category, message=f"Poll of {scope} failed: {exc}")
+                auth_refused = auth_refused or exc.category == ErrorCategory.PROVIDER_AUTH
                 _degrade(instance, exc)
                 break
             with transaction.atomic():
@@ -121,15 +128,13 @@ def instance_poll(*, instance_id, max_pages: int | None = None) -> dict:
                 break
             cursor = page.cursor
     ConnectorInstance.objects.filter(pk=instance.pk).update(last_poll_at=timezone.now())
-    return {"pages": pages, "tasks": tasks}
-
-
-def _degrade(instance, exc: ProviderError):
-    if exc.retry_after:
-        from datetime import timedelta
-
-        ConnectorInstance.objects.filter(pk=instance.pk).update(
-            provider_degraded_until=timezone.now() + timedelta(seconds=float(exc.retry_after)))
+    if pages and not auth_refused and instance.auth_error_at and credentials_ok(instance, cause="poll succeeded"):
+        pending_kick(instance.pk)  # §13.1.2: the provider took the credentials again
+    engine_log(logging.INFO, "connector poll pass", outcome="ok" if pages else "nothing read", instance=instance,
+               eventKind="poll", pages=pages, tasks=tasks)
+    # §7.1.2 comment backstop over the next window of links (shed while the credentials are refused)
+    comments = {"links": 0, "comments": 0} if auth_refused else comments_poll(instance=instance, adapter=adapter)
+    return {"pages": pages, "tasks": tasks, "comments": comments}
 
 
 def instance_reconcile(*, instance_id, batch: int | None = None) -> dict:
@@ -195,7 +200,12 @@ def instance_reconcile(*, instance_id, batch: int | None = None) -> dict:
     if read and len(window) < batch and read[-1] is window[-1]:
         last = ""  # the end of the links: the next tick starts over
     _reconciled(instance, [r["id"] for r in read], last)
-    return {"links": len(read), "deleted": deleted, "diverged": diverged, "cursor": last}
+    engine_log(logging.INFO, "connector reconcile tick", outcome="ok" if read else "nothing read", instance=instance,
+               eventKind="reconcile", links=len(read), deleted=deleted, diverged=diverged)
+    # §7.1.3 / §13.1.3: missed, edited and deleted comments, over their own window (shed after a refusal)
+    comments = comments_reconcile(instance=instance, adapter=adapter) if len(read) == len(window) else {
+        "links": 0, "comments": 0, "deleted": 0}
+    return {"links": len(read), "deleted": deleted, "diverged": diverged, "cursor": last, "comments": comments}
 
 
 def _reconciled(instance, link_ids, cursor: str):

@@ -13,6 +13,8 @@ from connectors.providers.base import ExternalTask, normalize_state_name
 from issues.choices import AgentStatus
 from issues.models import Agent
 
+from .common import adapter_class
+
 UNAVAILABLE = (AgentStatus.PAUSED, AgentStatus.TERMINATED)
 
 
@@ -32,7 +34,14 @@ class RoutingDecision:
 
 
 def rules_for(instance: ConnectorInstance) -> list[RoutingRule]:
-    rules = list(RoutingRule.objects.filter(instance=instance, enabled=True).select_related("target_agent"))
+    """Enabled rules in pipeline order. A rule of a kind the adapter does not declare (stored before the
+    check of routing_rules.py existed) is left out: nothing of the provider's could match it."""
+    try:
+        declared = adapter_class(instance.provider_key).capabilities.routing_rule_kinds
+    except LookupError:
+        declared = None
+    rules = [r for r in RoutingRule.objects.filter(instance=instance, enabled=True).select_related("target_agent")
+             if declared is None or r.kind in declared]
     rules.sort(key=lambda r: (ROUTING_PRECEDENCE[r.kind], r.order, r.pk))
     return rules
 
@@ -70,12 +79,14 @@ def _rule_match(rule: RoutingRule, task: ExternalTask, command_agent: str | None
     if rule.kind == RoutingRuleKind.COMMENT_COMMAND:
         return (command_agent is not None, command_agent)
     if rule.kind == RoutingRuleKind.CUSTOM_FIELD:
+        # envelope["customFields"]: {field id: text, or a list of texts for a multi-valued field}
         fields = (task.envelope or {}).get("customFields") or {}
         value = fields.get(m.get("field"))
-        if value is None:
-            return False, None
-        captured = _pattern_match(m.get("value", "*"), str(value))
-        return captured is not None, captured or str(value)
+        for text in (value if isinstance(value, list) else [value] if value is not None else []):
+            captured = _pattern_match(m.get("value", "*"), str(text))
+            if captured is not None:
+                return True, captured or str(text)
+        return False, None
     if rule.kind == RoutingRuleKind.LABEL:
         for label in task.labels:
             captured = _pattern_match(m.get("label", ""), label)

@@ -18,7 +18,7 @@ from issues.actors import SYSTEM
 from issues.choices import LIVE_RUN_STATUSES, IssueStatus, RunStatus, WakeSource
 from issues.models import HeartbeatRun, WakeupRequest
 
-from . import links
+from . import links, run_modes
 from .common import sync_error_record
 from .task_packet import PacketError, packet_build
 
@@ -45,8 +45,8 @@ def connector_wake(*, link: TaskLink, issue, key: str, task=None) -> WakeupReque
     travels in the wake's context (a wake coalesced into a live run replaces that run's packet).
     ``task``: the ExternalTask just applied (Symphony's ``blocked_by``/``created_at`` come from
     it). A strict-template failure fails this dispatch with a health entry."""
-    if not is_symphony(link) or not dispatchable(link, issue):
-        return None
+    if not is_symphony(link) or not run_modes.connector_may_wake(link) or not dispatchable(link, issue):
+        return None  # (an observer-sync link never starts work either: services/run_modes.py)
     now = timezone.now()
     row = TaskLink.objects.only("pk", "last_wake_at").get(pk=link.pk)
     if row.last_wake_at and row.last_wake_at + WAKE_DEBOUNCE > now:

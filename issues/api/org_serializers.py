@@ -400,6 +400,17 @@ class DashboardBudgetsSerializer(serializers.Serializer):
     pausedProjects = serializers.IntegerField(help_text="Always 0: projects are not paused here.")
 
 
+class DashboardAlertSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="e.g. connector.credentials_failed")
+    severity = serializers.ChoiceField(choices=["error", "warning"])
+    title = serializers.CharField()
+    message = serializers.CharField()
+    at = serializers.DateTimeField(allow_null=True)
+    entityType = serializers.CharField()
+    entityId = serializers.CharField()
+    url = serializers.CharField(help_text="The console page to act on it.")
+
+
 class DashboardSerializer(serializers.Serializer):
     companyId = serializers.UUIDField()
     agents = DashboardAgentsSerializer()
@@ -410,6 +421,8 @@ class DashboardSerializer(serializers.Serializer):
     runActivity = DashboardRunDaySerializer(many=True)
     issueActivity = DashboardIssueDaySerializer(many=True)
     recentIssues = DashboardRecentIssueSerializer(many=True)
+    alerts = DashboardAlertSerializer(many=True, help_text="Operator alerts (e.g. a connector whose credentials "
+                                                           "failed), errors first. Not in upstream's shape.")
 
 
 class ActivityEntrySerializer(serializers.Serializer):

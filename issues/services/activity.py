@@ -1,5 +1,38 @@
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from issues.actors import Actor
 from issues.models import ActivityLog
+
+# What caused the writes in progress (e.g. the connector event being applied): merged into the details
+# of every activity row recorded meanwhile, so a row says why it happened without its service knowing.
+_CAUSE: ContextVar[dict | None] = ContextVar("activity_cause", default=None)
+
+
+@contextmanager
+def activity_context(**details):
+    """While the block runs (in this thread or task), every :func:`activity_record` row carries
+    ``details`` too; a row's own details win on a clash. Nested blocks add to the enclosing one.
+    Yields the block's details, which :func:`activity_context_add` extends."""
+    current = {**(_CAUSE.get() or {}), **details}
+    token = _CAUSE.set(current)
+    try:
+        yield current
+    finally:
+        _CAUSE.reset(token)
+
+
+def activity_context_add(**details) -> None:
+    """Add what the block learned meanwhile (a link it created) to the innermost active block; the
+    rows recorded from now on carry it. A no-op outside any block."""
+    current = _CAUSE.get()
+    if current is not None:
+        current.update(details)
+
+
+def activity_context_current() -> dict:
+    """A copy of the active block's details (``{}`` outside any block)."""
+    return dict(_CAUSE.get() or {})
 
 
 def activity_record(*, actor: Actor, company_id, action: str, entity_type: str, entity_id, details=None, run=None):
@@ -7,11 +40,12 @@ def activity_record(*, actor: Actor, company_id, action: str, entity_type: str, 
     fields = actor.activity_fields()
     if run is not None:
         fields["run"] = run
+    cause = _CAUSE.get()
     return ActivityLog.objects.create(
         company_id=company_id,
         action=action,
         entity_type=entity_type,
         entity_id=str(entity_id),
-        details=details or {},
+        details={**cause, **(details or {})} if cause else (details or {}),
         **fields,
     )

@@ -104,7 +104,11 @@ def issue_create(
     inherit_workspace_from_id=None,
     label_ids=None,
     blocked_by_ids=None,
+    assignment_wake: bool = True,
 ) -> tuple[Issue, ParentAdjustment | None]:
+    """``assignment_wake=False`` records the assignee without the ``issue_assigned`` wake. Only the
+    connector engine uses it: an issue a tracker routes for visibility (an ``external_observer`` or
+    observer link) or creates after an external reopen must not start work by itself (§4.2.2)."""
     actor.ensure_can_write(company.pk)
     if status == IssueStatus.IN_PROGRESS:
         raise Unprocessable("Issues start work through checkout, not by creation in progress.",
@@ -170,7 +174,7 @@ def issue_create(
             _block_until_done(actor=actor, blocker=issue, blocked=requested)
         if status in TERMINAL_ISSUE_STATUSES and parent is not None:
             issue_became_terminal(issue)  # a child created finished may complete its parent's set
-        if assignee is not None:
+        if assignee is not None and assignment_wake:
             wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason=ISSUE_ASSIGNED)
         events.announce(events.issue_created, issue=issue, actor=actor)
     return issue, adjustment
@@ -278,8 +282,10 @@ def _check_comment_flags(actor: Actor, comment, reopen: bool, interrupt: bool):
 
 
 def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | None = None, reopen: bool = False,
-                 interrupt: bool = False):
+                 interrupt: bool = False, assignment_wake: bool = True):
     """Apply a PATCH. Returns (issue, parent_adjustment, comment).
+
+    ``assignment_wake=False``: a reassignment does not wake the new assignee (see issue_create).
 
     With a comment (upstream): ``reopen`` moves a done or cancelled issue back to todo (unless the
     PATCH sets a status) and the assignee wakes ``issue_reopened_via_comment``; ``interrupt`` (board
@@ -399,7 +405,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             events.announce(events.issue_updated, issue=issue, actor=actor, changes=diff)
             if "status" in diff and issue.status in TERMINAL_ISSUE_STATUSES:
                 issue_became_terminal(issue)  # every terminal status change passes here
-            if reassigned and issue.assignee_agent_id is not None:
+            if reassigned and issue.assignee_agent_id is not None and assignment_wake:
                 wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason=ISSUE_ASSIGNED)
         elif adjustment:
             activity_record(actor=actor, company_id=issue.company_id, action="issue.updated", entity_type="issue",

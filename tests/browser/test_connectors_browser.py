@@ -44,7 +44,7 @@ def test_health_page_live_queue_then_resolve_a_conflict_from_the_queue(page, lin
     log_in(page, linked["owner"], "/connectors/")
     expect(page.get_by_role("heading", name="Connectors")).to_be_visible()
     page.get_by_role("link", name="GitHub", exact=True).click()
-    expect(page.get_by_role("heading", name="GitHub")).to_be_visible()
+    expect(page.get_by_role("heading", name="GitHub", exact=True)).to_be_visible()
     expect(page.locator("#queue-depth .tile-n")).to_have_text("0")
     expect(page.locator("#live-note")).to_contain_text("Live")
 

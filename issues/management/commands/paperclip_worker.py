@@ -1,6 +1,12 @@
 """The in-process scheduler for single-machine installs (no broker needed): dispatches queued
 runs to a thread pool and runs the periodic sweep. With Celery, use `celery -A paperclip worker`
-and `celery -A paperclip beat` instead; both drive the same services."""
+and `celery -A paperclip beat` instead; both drive the same services.
+
+Other apps ride on the worker through ``issues.events`` (this app never imports them): ``worker_started``
+once at start, ``worker_ticked`` on every loop (e.g. the connectors drain the inbox that web requests
+only store into). They run on their own thread, so a slow provider never delays dispatch; with
+``--once`` they run inline, before the dispatch pass."""
+import logging
 import signal
 import threading
 import time
@@ -8,8 +14,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
+from django.utils import timezone
 
+from issues import events
 from issues.services import dispatch, runs, scheduling
+
+log = logging.getLogger("paperclip.worker")
+
+
+def announce(signal_, **kwargs) -> list:
+    """Send a worker signal; a failing receiver is logged and never stops the worker."""
+    results = []
+    for receiver, result in signal_.send_robust(sender=None, **kwargs):
+        if isinstance(result, Exception):
+            log.error("worker hook %s failed", getattr(receiver, "__qualname__", receiver), exc_info=result)
+        else:
+            results.append(result)
+    return results
 
 
 class Command(BaseCommand):
@@ -28,6 +49,14 @@ class Command(BaseCommand):
             signal.signal(sig, lambda *_: stopping.set())
         reconciled = runs.runs_reconcile_on_start()
         self.stdout.write(f"paperclip worker {owner}: reconciled {len(reconciled)} orphaned run(s)")
+        hooks = None
+        if once:
+            announce(events.worker_started, owner=owner)
+            announce(events.worker_ticked, now=timezone.now())
+        else:
+            hooks = threading.Thread(target=self._hooks_loop, args=(owner, stopping, poll), daemon=True,
+                                     name="worker-hooks")
+            hooks.start()
         in_flight: set = set()
         lock = threading.Lock()
 
@@ -55,3 +84,17 @@ class Command(BaseCommand):
                 if once:
                     break
                 stopping.wait(poll)
+        if hooks is not None:
+            stopping.set()
+            hooks.join(timeout=30)
+
+    @staticmethod
+    def _hooks_loop(owner: str, stopping: threading.Event, poll: float):
+        try:
+            announce(events.worker_started, owner=owner)
+            while not stopping.is_set():
+                close_old_connections()
+                announce(events.worker_ticked, now=timezone.now())
+                stopping.wait(poll)
+        finally:
+            connection.close()
