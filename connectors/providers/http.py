@@ -212,14 +212,6 @@ def required_title(projection: Mapping[str, Any]) -> str:
     return title
 
 
-def normalize_all(normalize: Callable[[Any], Any], rows: Iterable[Any], what: str) -> list:
-    """Normalize every row; a malformed one is a ``provider_payload`` error naming ``what``."""
-    try:
-        return [normalize(row) for row in rows]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, f"Malformed {what}: {exc!r}") from exc
-
-
 def normalize_each(normalize: Callable[[Any], Any], rows: Iterable[Any], what: str,
                    key_of: Callable[[Mapping], Any] = lambda row: None) -> tuple[list, list[dict]]:
     """Normalize the rows one by one (§13.1.8): a malformed one is left out and reported as
