@@ -33,7 +33,7 @@ demo: migrate
 run: demo
 	$(PY) manage.py collectstatic --noinput -v0
 	@echo "Paperclip on http://127.0.0.1:8000/  (log in as printed above; API docs at /api/docs/)"
-	@echo "GitHub sandbox on http://127.0.0.1:8765/ opens demo/app#2 once the server answers (see Connectors)."
+	@echo "$${PAPERCLIP_DEMO_PROVIDER:-github} sandbox on http://127.0.0.1:8765/ opens a demo task once the server answers (see Connectors)."
 	@# The in-process worker starts agent runs (no broker needed); the GitHub sandbox serves the demo
 	@# connector and runs the connector sweep (token and secret exported above); all stop with the server.
 	@$(PY) manage.py paperclip_worker & worker=$$!; \

@@ -110,6 +110,14 @@ class ConnectorInstance(UUIDModel):
     # §13.1.2: a credential failure is an instance-level health error (links are not touched).
     auth_error_at = models.DateTimeField(null=True, blank=True)
     auth_error_detail = models.CharField(max_length=500, blank=True)
+    # Webhook setup (Appendix A.3-A.5, §13.2): provider-side registrations the connector created, one per
+    # container: {"scope", "externalId", "callbackUrl", "active", "detail", "checkedAt", "secretRef"} (an
+    # Asana webhook signs with its own handshake secret, a secret reference). A handshake that hands over a
+    # secret is accepted only while none is stored or until ``handshake_open_until``.
+    webhook_registrations = models.JSONField(default=list, blank=True)
+    handshake_open_until = models.DateTimeField(null=True, blank=True)
+    last_handshake_at = models.DateTimeField(null=True, blank=True)
+    last_handshake_detail = models.CharField(max_length=300, blank=True)
     # §7.4 policies for new links (a link may override the close policy).
     close_policy = models.CharField(max_length=16, choices=ClosePolicy.choices, default=ClosePolicy.CONFLICT)
     reopen_policy = models.CharField(max_length=16, choices=ReopenPolicy.choices, default=ReopenPolicy.FOLLOW_UP)

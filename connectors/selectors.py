@@ -20,6 +20,7 @@ from .choices import (
 from .filtersets import ConflictFilterSet, InboundEventFilterSet, TaskLinkFilterSet
 from .models import Conflict, ConnectorInstance, InboundEvent, OutboundEffect, SyncCursor, SyncError, TaskLink
 from .services.common import adapter_class
+from .services.instances import webhook_url
 
 
 def instance_get(*, actor: Actor, pk) -> ConnectorInstance:
@@ -95,6 +96,12 @@ def webhook_verification(instance: ConnectorInstance) -> str:
     return "signature" if instance.webhook_secret_ref else "unverified"
 
 
+def public_registrations(instance: ConnectorInstance) -> list[dict]:
+    """The webhook registrations as health shows them: never their secret references."""
+    return [{k: v for k, v in r.items() if k != "secretRef"} | {"hasOwnSecret": bool(r.get("secretRef"))}
+            for r in instance.webhook_registrations or () if isinstance(r, dict)]
+
+
 def instance_health(instance: ConnectorInstance) -> dict:
     """§4.1.8 ConnectorHealth plus the §12.2 surface."""
     now = timezone.now()
@@ -155,6 +162,12 @@ def instance_health(instance: ConnectorInstance) -> dict:
         "lastReconcileAt": instance.last_reconcile_at,
         "webhookVerified": instance.webhook_verified,
         "webhookVerification": webhook_verification(instance),
+        "webhookUrl": webhook_url(instance),
+        # Appendix A.3-A.5 / §13.2: provider-side registrations and the last handshake
+        "webhookRegistrations": public_registrations(instance),
+        "handshake": {"lastAt": instance.last_handshake_at, "detail": instance.last_handshake_detail,
+                      "openUntil": (instance.handshake_open_until
+                                    if instance.handshake_open_until and instance.handshake_open_until > now else None)},
         "webhookRejectedCount": instance.webhook_rejected_count,
         "lastWebhookRejectedAt": instance.last_webhook_rejected_at,
         "lastWebhookRejectedReason": instance.last_webhook_rejected_reason,

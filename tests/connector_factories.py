@@ -17,6 +17,6 @@ def make_instance(company, *, store: FakeStore | None = None, secret: str = SECR
     fields.setdefault("service_account_id", SERVICE_LOGIN)
     instance = instance_create(actor=SYSTEM, company=company, name=name or f"tracker-{store.base_url[-6:]}",
                                provider_key=PROVIDER, credentials={"value": "fake-token"},
-                               webhook_secret={"value": secret}, routing_rules=rules, base_url=store.base_url,
+                               webhook_secret={"value": secret} if secret else None, routing_rules=rules, base_url=store.base_url,
                                **fields)
     return instance, store

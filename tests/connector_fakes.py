@@ -28,6 +28,7 @@ from connectors.providers.base import (
     StateCategory,
     TaskSourceAdapter,
     VerifiedEvent,
+    WebhookRegistration,
     WebhookRejected,
     WebhookRequest,
     WebhookUnparseable,
@@ -59,6 +60,8 @@ class FakeStore:
         self.fail_states: int = 0  # get_task_states raises provider_rate_limited this many times
         self.reject_cursor: int = 0  # list_candidate_tasks raises cursor_invalid for a given cursor
         self.clock = itertools.count(1)
+        self.webhooks: dict[str, dict] = {}  # provider-side webhooks register_webhook created
+        self.on_register = None  # called (scope, callback_url) during creation: the provider's callback
         STORES[self.base_url] = self
 
     def tick(self) -> str:
@@ -112,7 +115,8 @@ class FakeTrackerAdapter(TaskSourceAdapter):
         return None if url.startswith("fake://") else "Must be a fake:// store URL."
     capabilities = Capabilities(
         operations=frozenset({"list_candidate_tasks", "get_task", "get_task_states", "list_comments",
-                              "verify_webhook", "post_comment", "set_backlink", "create_task"}),
+                              "verify_webhook", "post_comment", "set_backlink", "create_task", "register_webhook",
+                              "check_webhook"}),
         state_categories=frozenset(StateCategory.ALL), signed_webhooks=True,
         routing_rule_kinds=frozenset({"comment_command", "custom_field", "label", "state_lane", "user_mapping",
                                       "default_route"}))
@@ -194,6 +198,23 @@ class FakeTrackerAdapter(TaskSourceAdapter):
         if scope != self.store.container:
             raise ProviderError(ErrorCategory.PROVIDER_PAYLOAD, f"{scope} is not this tracker's container")
         return self.normalize(self.store.add_task(title=projection["title"], body=projection.get("description") or ""))
+
+    def register_webhook(self, scope, callback_url):
+        self.store.calls["register_webhook"] += 1
+        if self.store.on_register:
+            self.store.on_register(scope, callback_url)
+        hook_id = f"wh-{len(self.store.webhooks) + 1}"
+        self.store.webhooks[hook_id] = {"scope": scope, "url": callback_url, "active": True}
+        return WebhookRegistration(scope=scope, external_id=hook_id, callback_url=callback_url)
+
+    def check_webhook(self, registration):
+        self.store.calls["check_webhook"] += 1
+        hook = self.store.webhooks.get(registration.external_id)
+        if hook is None or not hook["active"]:
+            return WebhookRegistration(scope=registration.scope, external_id=registration.external_id,
+                                       callback_url=registration.callback_url, active=False,
+                                       detail="gone" if hook is None else "disabled after failed deliveries")
+        return WebhookRegistration(scope=hook["scope"], external_id=registration.external_id, callback_url=hook["url"])
 
     def list_comments(self, ref, cursor):
         self.store.calls["list_comments"] += 1

@@ -1,11 +1,18 @@
-"""Shared helpers for the connector test modules (webhook posting with on-commit execution)."""
+"""Shared helpers for the connector test modules: webhook posting with on-commit execution, and what a
+round trip does on Paperclip's side (an issue change, an agent's comment, the imported tracker comments).
+``tracker`` is any harness with a ``capture`` (django_capture_on_commit_callbacks)."""
 from __future__ import annotations
 
 import pytest
 from django.test.utils import CaptureQueriesContext  # noqa: F401  (re-exported for test modules)
 
 from tests.connector_factories import SECRET, make_instance  # noqa: F401
+from issues.actors import SYSTEM, Actor
+from issues.models import Comment
+from issues.services.issues import issue_update
+from issues.services.thread import comment_create
 from tests.connector_fakes import sign
+from tests.factories import RunFactory
 
 
 @pytest.fixture
@@ -27,3 +34,21 @@ def post_webhook(client, instance, body: bytes, *, secret: str | None = SECRET, 
         return client.post(url, data=body, content_type="application/json", **headers)
     with capture(execute=True):
         return client.post(url, data=body, content_type="application/json", **headers)
+
+
+def update(tracker, issue, **changes):
+    """An issue change by the system, with what it queues on commit (outbound writes) run."""
+    with tracker.capture(execute=True):
+        return issue_update(actor=SYSTEM, issue=issue, changes=changes)[0]
+
+
+def agent_says(tracker, agent, issue, body):
+    """A comment by ``agent`` during a run of its own, with what it queues on commit run."""
+    run = RunFactory(agent=agent, issue=issue)
+    with tracker.capture(execute=True):
+        return comment_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=issue, body=body)
+
+
+def external_comments(issue):
+    """The tracker comments imported onto ``issue``, oldest first."""
+    return Comment.objects.filter(issue=issue, provenance__kind="external_comment").order_by("created_at", "id")

@@ -20,7 +20,7 @@ from connectors.sandbox.github import GitHubSandbox
 from connectors.services.common import adapter_for
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM
-from issues.models import Comment
+from tests.connector_helpers import external_comments  # noqa: F401  (re-exported for the backstop tests)
 from tests.factories import AgentFactory
 from tests.github_sandbox import DEFAULT_STATE_MAPPING as GITHUB_MAPPING
 from tests.github_sandbox import SANDBOX_REPO, SERVICE_LOGIN
@@ -133,10 +133,6 @@ class Tracker:
         """The instance's adapter with ``size`` comments per listing page (real HTTP, same sandbox)."""
         adapter = adapter_for(self.instance)
         return type(adapter)(adapter.config, **{PAGE_ARG[self.key]: size})
-
-
-def external_comments(issue):
-    return Comment.objects.filter(issue=issue, provenance__kind="external_comment").order_by("created_at", "id")
 
 
 def _sandbox(key: str):

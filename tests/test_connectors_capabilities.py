@@ -17,6 +17,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from connectors import sandbox as sandbox_pkg
 from connectors.admin import RoutingRuleInlineFormSet
 from connectors.models import Conflict, ConnectorInstance, Intervention, RoutingRule, TaskLink
 from connectors.providers.base import AdapterConfig, Capabilities, StateCategory, WebhookRequest, _REGISTRY, register
@@ -39,7 +40,7 @@ from tests.jira_sandbox import DEFAULT_STATE_MAPPING as JIRA_MAPPING
 from tests.jira_sandbox import SANDBOX_PROJECT, SANDBOX_WEBHOOK_SECRET, jira_sandbox  # noqa: F401
 from tests.test_errors import assert_error
 
-REAL_FIXTURES = Path("/work/shared/fixtures/providers")
+REAL_FIXTURES = Path(sandbox_pkg.__file__).resolve().parent / "fixtures"  # the real payloads, copied unchanged
 
 
 def client_for(user) -> APIClient:

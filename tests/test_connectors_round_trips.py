@@ -21,16 +21,15 @@ from connectors.services import outbound
 from connectors.services.conflicts import conflict_resolve
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM, Actor
-from issues.models import Comment, Issue
-from issues.services.issues import issue_update
-from issues.services.thread import comment_create
-from tests.factories import AgentFactory, MembershipFactory, RunFactory
+from issues.models import Issue
+from tests.factories import AgentFactory, MembershipFactory
 from tests.jira_sandbox import SANDBOX_EMAIL, SANDBOX_PROJECT
 from tests.jira_sandbox import SANDBOX_TOKEN as JIRA_TOKEN
 from tests.jira_sandbox import SANDBOX_WEBHOOK_SECRET as JIRA_HOOK
 from tests.linear_sandbox import SANDBOX_TEAM, SERVICE_USER
 from tests.linear_sandbox import SANDBOX_TOKEN as LINEAR_TOKEN
 from tests.linear_sandbox import SANDBOX_WEBHOOK_SECRET as LINEAR_HOOK
+from tests.connector_helpers import agent_says, external_comments, update
 
 PROVIDERS = ("linear", "jira")
 EFFECT_MARKER = re.compile(r"paperclip:effect:(\d+)")
@@ -233,21 +232,6 @@ def linked(tracker):
     assert tracker.backlinks(task_id) == [outbound.issue_url(link.issue)]
     tracker.forward()  # whatever the backlink write produced on the tracker
     return tracker, task_id, link
-
-
-def update(tracker, issue, **changes):
-    with tracker.capture(execute=True):
-        return issue_update(actor=SYSTEM, issue=issue, changes=changes)[0]
-
-
-def agent_says(tracker, agent, issue, body):
-    run = RunFactory(agent=agent, issue=issue)
-    with tracker.capture(execute=True):
-        return comment_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=issue, body=body)
-
-
-def external_comments(issue):
-    return Comment.objects.filter(issue=issue, provenance__kind="external_comment")
 
 
 def outcomes_since(instance, before: set) -> list[tuple[str, str]]:

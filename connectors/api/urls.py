@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import agent_tools, outbound_views, setup_views, views, webhook
+from . import agent_tools, outbound_views, setup_views, views, webhook, webhook_setup_views
 
 urlpatterns = [
     path("companies/<str:company_id>/connectors", views.CompanyConnectorsView.as_view(), name="connector-instances"),
@@ -15,6 +15,14 @@ urlpatterns = [
     path("connectors/<str:instance_id>/resume", views.ConnectorResumeView.as_view(), name="connector-resume"),
     path("connectors/<str:instance_id>/check-mapping", setup_views.ConnectorCheckMappingView.as_view(),
          name="connector-check-mapping"),
+    path("connectors/<str:instance_id>/webhooks/register", webhook_setup_views.WebhookRegisterView.as_view(),
+         name="connector-webhooks-register"),
+    path("connectors/<str:instance_id>/webhooks/verify", webhook_setup_views.WebhookVerifyView.as_view(),
+         name="connector-webhooks-verify"),
+    path("connectors/<str:instance_id>/handshake-window", webhook_setup_views.HandshakeWindowView.as_view(),
+         name="connector-handshake-window"),
+    path("connectors/<str:instance_id>/verification-token", webhook_setup_views.VerificationTokenView.as_view(),
+         name="connector-verification-token"),
     path("connectors/<str:instance_id>/credentials", views.ConnectorCredentialsView.as_view(),
          name="connector-credentials"),
     path("connector-links/<str:link_id>", views.LinkDetailView.as_view(), name="connector-link-detail"),

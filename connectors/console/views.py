@@ -126,8 +126,11 @@ def _health_context(request, instance, *, idle: int = 0) -> dict:
 @console_page
 @require_GET
 def instance_detail(request, instance_id):
+    from .setup import setup_panel  # webhook URL, handshake, first poll, mapping check (setup imports this module)
+
     instance = _instance(request, instance_id)
-    return render_page(request, "connectors/health.html", None, _health_context(request, instance))
+    return render_page(request, "connectors/health.html", None,
+                       {**_health_context(request, instance), **setup_panel(request, instance)})
 
 
 @console_page

@@ -167,6 +167,10 @@ class VerifiedEvent:
     # on this instance (§7.1.1). A payload that names another container is rejected by the adapter.
     container_id: str | None = None
     trusted_content: bool = True
+    # Signed, but the payload names the comment without its content (Notion, Asana): the engine reads it
+    # back through the API like an unverified hint, and the event keeps ``verification: signature``.
+    # (A sparse task upsert needs no flag: ``task=None`` already says it.)
+    sparse: bool = False
     # Further events the same delivery carries (a Jira issue update that carries a comment): each
     # is stored as its own inbox row, after this one, under its own ``event_id``.
     carried: tuple["VerifiedEvent", ...] = ()
@@ -180,8 +184,47 @@ class WebhookRequest:
 
     body: bytes
     headers: Mapping[str, str]
+    # The public URL the provider was given (``PAPERCLIP_PUBLIC_URL`` + the webhook path, with the
+    # ``?scope=`` of a per-container registration): Trello signs it. Never the request's Host.
     url: str = ""
     received_at: float | None = None
+    method: str = "POST"  # HEAD for a Trello callback check; everything else is a POST
+    # The container a per-container registration named in its callback URL (``?scope=<id>``), e.g. the
+    # Asana project whose webhook this is (its events carry ``parent: null``). Only trustworthy once the
+    # signature verified: the signing secret of that registration was chosen by it.
+    scope: str | None = None
+
+
+@dataclass(frozen=True)
+class HandshakeReply:
+    """The answer to a provider's setup request, which is not an event (Appendix A.3-A.5): Asana's
+    ``X-Hook-Secret`` echo, Trello's ``HEAD`` check, Notion's one-time ``verification_token``.
+
+    ``secret``: a signing secret the provider handed over in the request; the engine stores it as an
+    encrypted connector secret (the instance's, or the ``scope``'s registration's) — and only while a
+    handshake is expected (no secret yet, or a registration/verification window is open), else the
+    handshake is refused with nothing stored. ``show_operator``: the secret must be shown to the operator
+    (Notion's token is pasted back into Notion to finish verification). ``headers``/``body``/``status``
+    are what the view answers."""
+
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: Mapping[str, Any] | None = None
+    secret: str | None = None
+    show_operator: bool = False
+    detail: str = ""  # what happened, for health and the console ("Asana handshake: signing secret received")
+
+
+@dataclass(frozen=True)
+class WebhookRegistration:
+    """A provider-side webhook the connector created for one container (``connector_register_webhooks``,
+    §13.2). ``external_id`` is the provider's webhook id; ``active`` what the provider says now."""
+
+    scope: str
+    external_id: str
+    callback_url: str
+    active: bool = True
+    detail: str = ""
 
 
 class WebhookRejected(ProviderError):
@@ -237,6 +280,9 @@ class AdapterConfig:
     # Ids of the provider custom fields the instance's ``custom_field`` routing rules read (§8.1): an
     # adapter that fetches fields by name (Jira) requests them, and ``envelope["customFields"]`` holds them.
     custom_fields: tuple[str, ...] = ()
+    # The instance's provider-specific settings (``ConnectorInstance.config``, never secrets), e.g. the
+    # Asana workspace gid new tasks are created in.
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class TaskSourceAdapter:
@@ -247,6 +293,15 @@ class TaskSourceAdapter:
     # The request header carrying the provider's delivery id (lower-case), if it sends one: the inbox
     # key of a delivery that verifies but does not parse (else a content hash, as ``event_id``).
     delivery_id_header: ClassVar[str] = ""
+    # What the console's setup form says about each field for this provider (field -> help text):
+    # "containers", "baseUrl", "credentials", "webhookSecret", "stateMapping", "serviceAccountId", "config",
+    # "webhooks" (how deliveries reach Paperclip: registration, handshake, or by hand), and
+    # "stateMappingExample" (a JSON text the form pre-fills).
+    setup_help: ClassVar[Mapping[str, str]] = {}
+    display_name: ClassVar[str] = ""  # "GitHub Issues", "Trello" (the console's provider choice)
+    # A new instance's poll interval when its creator gives none (None: the model's default). Providers
+    # whose webhooks are only hints poll more often: polling is their primary channel (Notion).
+    default_poll_interval_seconds: ClassVar[int | None] = None
 
     def __init__(self, config: AdapterConfig):
         self.config = config
@@ -288,8 +343,43 @@ class TaskSourceAdapter:
         WebhookUnparseable."""
         raise NotImplementedError
 
+    # --- webhook setup (Appendix A.3-A.5, §13.2) ------------------------------------------------
+    def webhook_handshake(self, request: WebhookRequest) -> HandshakeReply | None:
+        """The reply to a setup request that is not a delivery (a ``HEAD`` check, a secret echo, a
+        verification token), or ``None`` when ``request`` is a delivery for :meth:`verify_webhook`.
+        Called before verification, without credentials; a ``HEAD`` nobody answers is a 405."""
+        return None
+
+    def register_webhook(self, scope: str, callback_url: str) -> WebhookRegistration:
+        """Create the provider's webhook for container ``scope`` calling ``callback_url`` (declared as
+        ``register_webhook`` in ``Capabilities.operations``). The provider may call back during the
+        request (Asana's handshake, Trello's HEAD): the engine has its handshake window open then."""
+        raise NotImplementedError
+
+    def check_webhook(self, registration: WebhookRegistration) -> WebhookRegistration:
+        """Re-verify a registration (at worker start, §13.2): the provider's current view of it, with
+        ``active=False`` and a reason when it is gone or disabled. Raises ProviderError like any read."""
+        raise NotImplementedError
+
+    @classmethod
+    def container_key(cls, value: str) -> str:
+        """How container ids compare (configured vs. delivered): Notion's dashed and undashed UUIDs are
+        one id; others compare trimmed and case-insensitive."""
+        return str(value or "").strip().lower()
+
+    def run_mode_refusal(self, run_mode: str) -> str | None:
+        """Why this configuration cannot run ``run_mode`` (e.g. the Symphony profile on a Notion database
+        without a status property, Appendix A.4), or None."""
+        return None
+
     def validate_state_mapping(self, mapping: Mapping[str, Any]) -> dict[str, list[str]]:
         """Field -> reasons for a bad mapping (empty when valid)."""
+        return {}
+
+    @classmethod
+    def config_errors(cls, options: Mapping[str, Any]) -> dict[str, list[str]]:
+        """Provider-specific checks of the instance's ``config`` (key path -> reasons; empty when valid), e.g.
+        Trello's list narrowing. The engine has already refused inline secrets."""
         return {}
 
     @classmethod

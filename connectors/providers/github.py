@@ -213,6 +213,27 @@ def _label_pairs(value) -> list[tuple[Any, Any]]:
 @register
 class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
     provider_key = "github_issues"
+    display_name = "GitHub Issues"
+    setup_help = {
+        "containers": "Repositories spelled owner/name (e.g. octo-org/octo-repo), one per line.",
+        "baseUrl": "The REST root: https://api.github.com, or https://<host>/api/v3 for GitHub Enterprise "
+                   "Server. Required.",
+        "credentials": "A token (fine-grained or classic personal access token, or a GitHub App installation "
+                       "token) with read/write access to the repositories' issues.",
+        "webhookSecret": "The secret set on the repository (or organization) webhook: GitHub signs each delivery "
+                         "with X-Hub-Signature-256 (HMAC-SHA256 of the body).",
+        "serviceAccountId": "The numeric user id of the account the token belongs to (GET /user → id): its own "
+                            "comments and changes are echoes.",
+        "stateMapping": "open and closed (required), optional closed:<state_reason> overrides and label "
+                        "conventions in precedence order: {\"labels\": {\"blocked\": \"blocked\", \"in review\": "
+                        "\"review\"}}. GitHub has no workflow to check the mapping against.",
+        "config": "Optional; e.g. outboundStates naming the state each category is written as.",
+        "webhooks": "Add a webhook to each repository (Settings → Webhooks) with this URL, content type "
+                    "application/json, the webhook secret, and the Issues and Issue comments events. Polling is "
+                    "the backstop.",
+        "stateMappingExample": '{"open": "backlog", "closed": "terminal", "labels": {"blocked": "blocked", '
+                               '"in review": "review", "in progress": "active"}}',
+    }
     delivery_id_header = "x-github-delivery"
     capabilities = Capabilities(
         operations=ALL_OPERATIONS,

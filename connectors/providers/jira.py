@@ -232,6 +232,25 @@ class _Mapping:
 @register
 class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
     provider_key = "jira"
+    display_name = "Jira"
+    setup_help = {
+        "containers": "Project keys (ABC), one per line.",
+        "baseUrl": "The site root, https://<site>.atlassian.net. Required.",
+        "credentials": "email:api_token (an Atlassian API token, HTTP basic) or an OAuth 2.0 access token of the "
+                       "account Paperclip writes as.",
+        "webhookSecret": "The secret of the Jira webhook (System → WebHooks): deliveries carry X-Hub-Signature "
+                         "(HMAC-SHA256 of the body).",
+        "serviceAccountId": "The accountId of the token's account (GET /rest/api/3/myself): its own changes are "
+                            "echoes.",
+        "stateMapping": "By status name (statuses) and status category (categories: new, indeterminate, done), "
+                        "with per-project overrides (projects) and priorities. Checked against each project's "
+                        "live statuses: names that do not exist are errors.",
+        "config": "Optional; e.g. outboundStates naming the status each category is written as.",
+        "webhooks": "Create a webhook in Jira (System → WebHooks) with this URL and a secret, for issue and "
+                    "comment events of these projects. Polling is the backstop.",
+        "stateMappingExample": '{"statuses": {"In Review": "review", "Blocked": "blocked"}, "categories": '
+                               '{"new": "backlog", "indeterminate": "active", "done": "terminal"}}',
+    }
     delivery_id_header = "x-atlassian-webhook-identifier"
     capabilities = Capabilities(
         operations=ALL_OPERATIONS,

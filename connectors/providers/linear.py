@@ -250,6 +250,26 @@ class _Mapping:
 @register
 class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
     provider_key = "linear"
+    display_name = "Linear"
+    setup_help = {
+        "containers": "Teams, by key (ENG) or id, one per line.",
+        "baseUrl": "The API root, https://api.linear.app (leave empty for it); GraphQL is <base URL>/graphql.",
+        "credentials": "A personal API key (lin_api_…) or an OAuth access token of the user Paperclip writes as.",
+        "webhookSecret": "The signing secret Linear shows for the webhook (Settings → API → Webhooks): deliveries "
+                         "carry Linear-Signature (HMAC-SHA256 of the body).",
+        "serviceAccountId": "The Linear user id of the key's owner (query viewer { id }): its own changes are "
+                            "echoes.",
+        "stateMapping": "By workflow state type (types) and by state name (states, wins over the type), with "
+                        "optional per-team overrides (teams). Without one, state types map by default (started → "
+                        "active, completed/canceled → terminal, In Review → review). Checked against each team's "
+                        "workflow states.",
+        "config": "Optional; e.g. outboundStates naming the state each category is written as.",
+        "webhooks": "Create a webhook in Linear (Settings → API → Webhooks) with this URL for Issues and "
+                    "Comments, and copy its signing secret here. Polling is the backstop.",
+        "stateMappingExample": '{"types": {"triage": "backlog", "backlog": "backlog", "unstarted": "backlog", '
+                               '"started": "active", "completed": "terminal", "canceled": "terminal", '
+                               '"duplicate": "terminal"}, "states": {"In Review": "review"}}',
+    }
     delivery_id_header = "linear-delivery"
     default_base_url = "https://api.linear.app"
     capabilities = Capabilities(

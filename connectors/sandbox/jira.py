@@ -176,6 +176,15 @@ class JiraSandbox(SandboxServer):
         """The adapter's ``credentials`` value (``email:token``)."""
         return f"{self.email}:{self.token}"
 
+    # --- the offline demo (manage.py demo_sandbox --provider jira) --------------------------------
+    def demo_instance_fields(self) -> dict:
+        return {"containers": [next(iter(self._projects))], "base_url": self.base_url,
+                "service_account_id": self.service_user["accountId"],
+                "state_mapping": {"categories": {"new": "backlog", "indeterminate": "active", "done": "terminal"}}}
+
+    def demo_open_task(self, title: str, body: str) -> str:
+        return self.create_issue(title, project=next(iter(self._projects)), description=body)["id"]
+
     # --- clock, ids, directory -------------------------------------------------------------------
     def _next(self, kind: str) -> str:
         self._ids[kind] += 1

@@ -148,6 +148,17 @@ class LinearSandbox(SandboxServer):
     def graphql_url(self) -> str:
         return self.base_url + "/graphql"
 
+    # --- the offline demo (manage.py demo_sandbox --provider linear) ------------------------------
+    def demo_instance_fields(self) -> dict:
+        team = next(iter(self._teams.values()))["key"]
+        return {"containers": [team], "base_url": self.base_url, "service_account_id": self.service_user["id"],
+                "state_mapping": {"types": {"triage": "backlog", "backlog": "backlog", "unstarted": "backlog",
+                                            "started": "active", "completed": "terminal", "canceled": "terminal",
+                                            "duplicate": "terminal"}, "states": {"In Review": "review"}}}
+
+    def demo_open_task(self, title: str, body: str) -> str:
+        return self.create_issue(title, team=next(iter(self._teams.values()))["key"], description=body)["id"]
+
     # --- clock, ids ------------------------------------------------------------------------------
     _format_ts = staticmethod(_iso)
 

@@ -81,5 +81,5 @@ def event_load(data) -> VerifiedEvent:
         external_task_id=data.get("external_task_id"), occurred_at=_dt(data.get("occurred_at")),
         task=task_load(data.get("task")), comment=comment_load(data.get("comment")),
         actor=actor_load(data.get("actor")), container_id=data.get("container_id"),
-        trusted_content=data.get("trusted_content", True),
+        trusted_content=data.get("trusted_content", True), sparse=data.get("sparse", False),
     )

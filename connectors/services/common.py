@@ -66,9 +66,27 @@ def provider_known(provider_key: str) -> bool:
         return False
 
 
+def registration_of(instance: ConnectorInstance, scope: str | None) -> dict | None:
+    """The instance's webhook registration for container ``scope`` (``webhook_registrations``), or None."""
+    if not scope:
+        return None
+    cls = adapter_class(instance.provider_key)
+    key = cls.container_key(scope)
+    return next((r for r in instance.webhook_registrations or () if isinstance(r, dict)
+                 and cls.container_key(str(r.get("scope") or "")) == key), None)
+
+
+def webhook_secret_ref(instance: ConnectorInstance, scope: str | None = None) -> str:
+    """The reference of the secret deliveries for ``scope`` are signed with: a per-container registration's
+    own (an Asana webhook's handshake secret), else the instance's."""
+    registration = registration_of(instance, scope)
+    return (registration or {}).get("secretRef") or instance.webhook_secret_ref
+
+
 def adapter_for(instance: ConnectorInstance, *, with_credentials: bool = True,
-                with_webhook_secret: bool = False) -> base.TaskSourceAdapter:
-    """Build the instance's adapter with its secrets resolved (raises SecretUnavailable)."""
+                with_webhook_secret: bool = False, scope: str | None = None) -> base.TaskSourceAdapter:
+    """Build the instance's adapter with its secrets resolved (raises SecretUnavailable). ``scope``: the
+    container a delivery's callback URL names, whose registration may carry its own signing secret."""
     cls = adapter_class(instance.provider_key)
     config = base.AdapterConfig(
         base_url=instance.base_url or getattr(cls, "default_base_url", ""),
@@ -76,10 +94,11 @@ def adapter_for(instance: ConnectorInstance, *, with_credentials: bool = True,
         state_mapping=instance.state_mapping or {},
         credentials=(secrets.resolve(instance.credentials_ref, company_id=instance.company_id, field="credentials")
                      if with_credentials else None),
-        webhook_secret=(secrets.resolve(instance.webhook_secret_ref, company_id=instance.company_id,
+        webhook_secret=(secrets.resolve(webhook_secret_ref(instance, scope), company_id=instance.company_id,
                                         field="webhookSecret") if with_webhook_secret else None),
         service_account_id=instance.service_account_id or None,
         custom_fields=_routed_custom_fields(instance, cls),
+        options=dict(instance.config or {}),
     )
     return cls(config)
 
@@ -182,4 +201,5 @@ def container_allowed(instance: ConnectorInstance, container_id: str | None) -> 
     """A payload's container is one of the instance's (an instance without containers takes any)."""
     if not container_id or not instance.containers:
         return True
-    return container_id.lower() in {str(c).lower() for c in instance.containers}
+    key = adapter_class(instance.provider_key).container_key
+    return key(container_id) in {key(str(c)) for c in instance.containers}

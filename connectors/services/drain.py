@@ -52,6 +52,13 @@ def _guarded(what: str, fn, **kwargs):
         return None
 
 
+def _webhooks_reverify(*, instance_id):
+    from .webhook_setup import webhooks_reverify
+
+    instance = ConnectorInstance.objects.get(pk=instance_id)
+    return webhooks_reverify(instance=instance) if instance.webhook_registrations else []
+
+
 def _task_queues(pairs) -> int:
     from .inbound import task_events_process
 
@@ -105,6 +112,7 @@ def restart_recover(*, now=None) -> dict:
             report["skipped"] += 1
             continue
         _task_queues(inbox_due(now=now, instance_id=instance_id))
+        _guarded("restart webhook check", _webhooks_reverify, instance_id=instance_id)  # §13.2 re-verify first
         _guarded("restart poll", instance_poll, instance_id=instance_id)  # resumes the stored cursors
         _guarded("restart reconcile", instance_reconcile, instance_id=instance_id)
         report["instances"] += 1

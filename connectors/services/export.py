@@ -170,7 +170,8 @@ def _checked(instance: ConnectorInstance, issue: Issue, container: str | None) -
     wanted = (container or "").strip()
     if not wanted and len(containers) == 1:
         wanted = containers[0]
-    match = next((c for c in containers if c.lower() == wanted.lower()), None) if wanted else None
+    key = adapter_class(instance.provider_key).container_key  # Notion ids match with or without dashes
+    match = next((c for c in containers if key(c) == key(wanted)), None) if wanted else None
     if match is None:
         known = ", ".join(containers) or "none configured"
         reason = "This field is required" if not wanted else "Not one of this connector's containers"

@@ -76,13 +76,18 @@ def event_store(*, instance: ConnectorInstance, event: VerifiedEvent, source: st
                 verification: str = "") -> tuple[InboundEvent, bool]:
     """Insert the event once per (instance, idempotency key); a re-delivery returns the stored row."""
     key = (event.event_id or "")[:300]
+    # A delivery with nothing to apply (a ping, an Asana heartbeat, an event of no task) is finished as
+    # it is stored: no task queue would ever pick it up, and it must not count as queue depth.
+    idle = event.kind == EventKind.IGNORED or not event.external_task_id
+    finished = ({"status": EventStatus.DROPPED, "applied_at": timezone.now(),
+                 "outcome": f"nothing to do for {event.action or 'this event'}"[:300]} if idle else {})
     try:
         with transaction.atomic():
             row = InboundEvent.objects.create(
                 instance=instance, company_id=instance.company_id, idempotency_key=key, source=source,
                 kind=event.kind, action=(event.action or "")[:100], external_task_id=event.external_task_id or "",
                 raw_headers=headers or {}, raw_body=body, payload=codec.dump(event), verified=verified,
-                verification=verification, occurred_at=event.occurred_at,
+                verification=verification, occurred_at=event.occurred_at, **finished,
             )
         return row, True
     except IntegrityError:
@@ -206,8 +211,9 @@ def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
         return dropped(f"nothing to do for {verified.action or 'this event'}")
     if not container_allowed(instance, verified.container_id):
         return dropped(f"payload for another container ({verified.container_id})")
-    if not verified.trusted_content:
-        # §5.1.5 / §14.2: an unverifiable delivery is a hint; its effects come from the API only.
+    if not verified.trusted_content or verified.sparse:
+        # §5.1.5 / §14.2: an unverifiable delivery is a hint; its effects come from the API only. A signed
+        # sparse one (a comment named without its text) is read back the same way.
         result = _read_back(instance, event, verified)
         if result.event is None:
             return dropped(f"unverified delivery not confirmed by read-back: {result.note}")
@@ -242,7 +248,7 @@ def _read_back(instance, event: InboundEvent, verified: VerifiedEvent) -> readba
     result = readback.confirm(adapter_for(instance), verified, external_key=known_key or None)
     event.payload = {**event.payload, "readBack": {"at": timezone.now().isoformat(), "confirmed": result.confirmed,
                                                    "note": result.note[:300]}}
-    if result.confirmed:
+    if result.confirmed and not verified.trusted_content:
         event.verified, event.verification = True, "read-back"
     InboundEvent.objects.filter(pk=event.pk).update(payload=event.payload, verified=event.verified,
                                                     verification=event.verification)
@@ -251,8 +257,15 @@ def _read_back(instance, event: InboundEvent, verified: VerifiedEvent) -> readba
 
 def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     task = verified.task
-    if task is None:  # a sparse (signed) payload names the task only
-        task = adapter_for(instance).get_task(ExternalTaskRef(external_id=verified.external_task_id))
+    if task is None:  # a sparse (signed) payload names the task only: its container comes from the read-back
+        try:
+            task = adapter_for(instance).get_task(ExternalTaskRef(external_id=verified.external_task_id))
+        except ProviderError as exc:
+            if exc.status != 404:
+                raise  # retried like every failed apply
+            return dropped("read-back: the task no longer exists (its deletion arrives as its own event)")
+        if not container_allowed(instance, task.container_id):
+            return dropped(f"read-back: task in another container ({task.container_id})")
     link = active_link(instance, task.external_id)
     if link is None:
         if _unlinked(instance, task.external_id):
@@ -542,13 +555,30 @@ def _task_deleted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     link = active_link(instance, verified.external_task_id or "")
     if link is None:
         return dropped("deleted task was not linked")
-    what = "moved out of the connector's container" if "transfer" in (verified.action or "") else "deleted"
+    transfer = "transfer" in (verified.action or "")
+    what = "moved out of the connector's container" if transfer else "deleted"
+    if transfer:
+        task = _still_here(instance, link)
+        if task is not None:  # left one container for another of ours (Asana multi-project): an update
+            return link_apply_task(instance=instance, link=link, task=task, key=key, actor=verified.actor)
     if run_modes.is_observer(link):
         return applied(run_modes.observer_deletion(link, what=what, actor_text=content.actor_label(verified.actor),
                                                    key=key))
     created = links.deletion_handle(link=link, issue=link.issue, actor_text=content.actor_label(verified.actor),
                                     key=key, what=what)
     return applied("deletion conflict opened" if created else "deletion conflict already open")
+
+
+def _still_here(instance, link: TaskLink) -> ExternalTask | None:
+    """A task said to have moved out, as the provider has it now, when it is still in one of the instance's
+    containers; None when it is gone or elsewhere, or the provider cannot say (a deletion conflict is the
+    safe answer: it never deletes anything)."""
+    try:
+        task = adapter_for(instance).get_task(ExternalTaskRef(external_id=link.external_task_id,
+                                                              external_key=link.external_key or None))
+    except ProviderError:
+        return None
+    return task if task.container_id and container_allowed(instance, task.container_id) else None
 
 
 # ---------------------------------------------------------------------------------------- comments

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlencode
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from connectors.choices import ClosePolicy, CommandPolicy, ReopenPolicy, RunMode, SyncMode
 from connectors.models import ConnectorInstance, RoutingRule
 from issues.actors import Actor
-from issues.exceptions import Conflict, InvalidInput
+from issues.exceptions import Conflict, InvalidInput, Unprocessable
 from issues.models import Agent, Company, Goal, Project
 from issues.services.activity import activity_record
 from issues.services.lookups import company_object
@@ -30,8 +32,12 @@ CONFIG_FIELDS = {
 }
 
 
-def webhook_url(instance: ConnectorInstance) -> str:
-    return f"{conf('PUBLIC_BASE_URL').rstrip('/')}/api/connectors/{instance.pk}/webhook"
+def webhook_url(instance: ConnectorInstance, scope: str | None = None) -> str:
+    """The absolute URL a provider calls: ``PAPERCLIP_PUBLIC_URL`` + the webhook path (+ ``?scope=`` for a
+    per-container registration). Signature checks that cover the URL (Trello) use exactly this, never the
+    request's Host header, which a proxy or an attacker decides."""
+    url = f"{conf('PUBLIC_BASE_URL').rstrip('/')}/api/connectors/{instance.pk}/webhook"
+    return f"{url}?{urlencode({'scope': scope})}" if scope else url
 
 
 def _no_inline_secrets(value, path="config") -> dict:
@@ -68,6 +74,8 @@ def _validate(company: Company, data: dict, provider_key: str) -> dict:
     if isinstance(data.get("config"), dict):
         errors.update(_no_inline_secrets(data["config"]))
         errors.update(workflow_defaults_errors(data["config"]))
+        if provider_known(provider_key):
+            errors.update(adapter_class(provider_key).config_errors(data["config"]))
     if isinstance(data.get("state_mapping"), dict) and provider_known(provider_key):
         for field, reasons in adapter_class(provider_key)(_blank_config()).validate_state_mapping(
                 data["state_mapping"]).items():
@@ -86,6 +94,21 @@ def _validate(company: Company, data: dict, provider_key: str) -> dict:
     if errors:
         raise InvalidInput(details=errors)
     return data
+
+
+def _run_mode_check(instance: ConnectorInstance):
+    """A run mode the provider cannot drive with this configuration is refused (e.g. the Symphony profile
+    on a Notion database without a status property: nothing would say a task became active)."""
+    from connectors.providers.base import AdapterConfig
+
+    cls = adapter_class(instance.provider_key)
+    adapter = cls(AdapterConfig(base_url=instance.base_url or getattr(cls, "default_base_url", ""),
+                                containers=tuple(instance.containers or ()), state_mapping=instance.state_mapping or {},
+                                options=dict(instance.config or {})))
+    reason = adapter.run_mode_refusal(instance.default_run_mode)
+    if reason:
+        raise Unprocessable(f"This connector cannot run {instance.default_run_mode}: {reason}",
+                            code="run_mode_unsupported", details={"defaultRunMode": [reason]})
 
 
 def _blank_config():
@@ -120,6 +143,8 @@ def instance_create(*, actor: Actor, company: Company, name: str, provider_key: 
         raise InvalidInput(details={k: ["Unknown field."] for k in unknown})
     _validate(company, fields, provider_key)
     rules_check(provider_key, routing_rules)
+    if "poll_interval_seconds" not in fields and adapter_class(provider_key).default_poll_interval_seconds:
+        fields["poll_interval_seconds"] = adapter_class(provider_key).default_poll_interval_seconds
     with transaction.atomic():
         for field in ("project_id", "goal_id", "triage_agent_id"):
             fields.pop(field, None)
@@ -131,6 +156,11 @@ def instance_create(*, actor: Actor, company: Company, name: str, provider_key: 
                                                 field="credentials")
         instance.webhook_secret_ref = secret_input(webhook_secret or "", company=company,
                                                    name=f"{name} webhook secret", field="webhookSecret")
+        if not instance.webhook_secret_ref:  # the provider's first handshake may hand one over (Notion, Asana)
+            from .webhook_setup import CREATION_WINDOW
+
+            instance.handshake_open_until = timezone.now() + CREATION_WINDOW
+        _run_mode_check(instance)
         try:
             with transaction.atomic():
                 instance.save()
@@ -180,6 +210,7 @@ def instance_update(*, actor: Actor, instance: ConnectorInstance, changes: dict,
                 setattr(row, field.removesuffix("_id"), refs[field])
             else:
                 setattr(row, field, value)
+        _run_mode_check(row)
         try:
             with transaction.atomic():
                 row.save()

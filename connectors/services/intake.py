@@ -21,6 +21,7 @@ from connectors.choices import ErrorCategory, EventKindChoice, EventSource, Even
 from connectors.models import ConnectorInstance, InboundEvent, TaskLink
 from connectors.providers.base import (
     EventKind,
+    HandshakeReply,
     TaskSourceAdapter,
     VerifiedEvent,
     WebhookRejected,
@@ -34,8 +35,10 @@ from paperclip.core.parsers import has_nul, json_depth_exceeds, without_nul
 from paperclip.core.parsers import max_depth as max_json_depth
 
 from . import codec
-from .common import adapter_for, conf, container_allowed, sync_error_record
+from .common import adapter_for, conf, container_allowed, registration_of, sync_error_record
 from .inbound import event_store, kick
+from .instances import webhook_url
+from .webhook_setup import handshake_accept
 
 
 @dataclass
@@ -50,6 +53,10 @@ class BodyTooLarge(Exception):
 
 class WebhookTooDeep(WebhookUnparseable):
     """Verified, but nested deeper than any payload: refused (400), never stored."""
+
+
+class MethodNotAllowed(Exception):
+    """A non-POST request no handshake of this provider answers (405)."""
 
 
 class WebhookTaskNotLinked(WebhookRejected):
@@ -67,14 +74,28 @@ def webhook_rejected(instance_id, reason: str):
         last_webhook_rejected_reason=reason[:300])
 
 
-def webhook_intake(*, instance: ConnectorInstance, body: bytes, headers: dict, url: str = "") -> IntakeResult:
+def public_url(instance: ConnectorInstance, scope: str | None) -> str:
+    """The URL the provider was given for ``scope`` (exactly as registered), for signatures that cover it."""
+    registration = registration_of(instance, scope)
+    return (registration or {}).get("callbackUrl") or webhook_url(instance, scope)
+
+
+def webhook_intake(*, instance: ConnectorInstance, body: bytes, headers: dict, method: str = "POST",
+                   scope: str | None = None) -> IntakeResult | HandshakeReply:
     """Raises BodyTooLarge, WebhookRejected, WebhookUnparseable (a body nested too deep, or an unsigned
-    one that does not parse) or SecretUnavailable (nothing stored for any of them but the rejection
-    counter, which the caller updates). A signed delivery that does not parse is stored parked."""
+    one that does not parse), SecretUnavailable or HandshakeRefused (nothing stored for any of them but the
+    rejection counter, which the caller updates). A signed delivery that does not parse is stored parked.
+    A provider's setup request (a handshake) returns the reply the view sends instead of an event."""
     if len(body) > int(conf("WEBHOOK_MAX_BODY_BYTES")):
         raise BodyTooLarge()
-    adapter = adapter_for(instance, with_credentials=False, with_webhook_secret=True)
-    request = WebhookRequest(body=body, headers=headers, url=url)
+    adapter = adapter_for(instance, with_credentials=False, with_webhook_secret=True, scope=scope)
+    request = WebhookRequest(body=body, headers=headers, url=public_url(instance, scope), method=method.upper(),
+                             scope=scope or None)
+    reply = adapter.webhook_handshake(request)
+    if reply is not None:
+        return handshake_accept(instance=instance, reply=reply, scope=scope or None)
+    if request.method != "POST":
+        raise MethodNotAllowed(request.method)
     try:
         verified = _verify(adapter, request)
     except WebhookTooDeep:
@@ -83,10 +104,10 @@ def webhook_intake(*, instance: ConnectorInstance, body: bytes, headers: dict, u
         if not _signed(adapter):
             raise  # an unverifiable body that does not even parse is not worth keeping
         return _park_unparsed(instance, adapter, request, str(exc) or "Unparseable webhook payload.")
-    _admit(instance, verified)
+    verified = _admit(instance, verified)
     # An unsigned delivery (no webhook secret) is stored as an unverified hint: the engine applies
     # only what the provider's API returns when it reads the task back (readback.py, §5.1.5).
-    signed = verified.trusted_content
+    signed = _signed(adapter)
     with transaction.atomic():
         event, created = _store(instance, verified, headers=_kept_headers(headers), body=body)
     _note_delivery(instance, signed)
@@ -116,19 +137,30 @@ def _verify(adapter: TaskSourceAdapter, request: WebhookRequest) -> VerifiedEven
     return _without_nul(verified)
 
 
-def _admit(instance: ConnectorInstance, verified: VerifiedEvent):
-    """The container check (§14.2) of every event the delivery carries. One that names no container is
-    resolved through the task's existing link (§7.1.1): accepted only when it is linked here."""
-    for event in (verified, *verified.carried):
+def _admit(instance: ConnectorInstance, verified: VerifiedEvent) -> VerifiedEvent:
+    """The container check (§14.2) of every event the delivery carries; returns what is admitted. One that
+    names no container is resolved through the task's existing link (§7.1.1): accepted only when it is
+    linked here. In a batch of several events (Asana) such an entry is left out and the others stored; a
+    delivery with nothing left, or naming another container anywhere, is refused (401, nothing stored)."""
+    events, refused = [], None
+    for event in (replace(verified, carried=()), *verified.carried):
         if event.container_id is None:
             task_id = event.external_task_id or ""
+            if event.kind == EventKind.TASK_UPSERTED and event.task is None:
+                events.append(event)  # sparse: the engine reads the task back and checks the container it is in
+                continue
             if event.kind != EventKind.IGNORED and task_id and instance.containers and not \
                     TaskLink.objects.filter(instance=instance, external_task_id=task_id).exclude(
                         status=LinkStatus.UNLINKED).exists():
-                raise WebhookTaskNotLinked(f"The delivery names no container, only task {task_id}, which is not "
-                                           "linked on this connector.", category=ErrorCategory.PROVIDER_PAYLOAD)
+                refused = WebhookTaskNotLinked(f"The delivery names no container, only task {task_id}, which is not "
+                                               "linked on this connector.", category=ErrorCategory.PROVIDER_PAYLOAD)
+                continue
         elif not container_allowed(instance, event.container_id):
             raise WebhookRejected(f"Payload for another container ({event.container_id}).")
+        events.append(event)
+    if not events:
+        raise refused
+    return replace(events[0], carried=tuple(events[1:]))
 
 
 def _store(instance: ConnectorInstance, verified: VerifiedEvent, *, headers: dict, body: bytes,
@@ -182,7 +214,7 @@ def _park_unparsed(instance: ConnectorInstance, adapter: TaskSourceAdapter, requ
                     instance=instance, company_id=instance.company_id, idempotency_key=key,
                     source=EventSource.WEBHOOK, kind=EventKindChoice.UNPARSED, action="unparsed",
                     raw_headers=_kept_headers(request.headers), raw_body=request.body,
-                    payload={"unparsed": {"error": message, "url": request.url}}, verified=True,
+                    payload={"unparsed": {"error": message, "url": request.url, "scope": request.scope}}, verified=True,
                     verification="signature", status=EventStatus.PARKED, outcome=UNPARSED_OUTCOME,
                     error_category=ErrorCategory.PROVIDER_PAYLOAD, error_message=message)
         except IntegrityError:
@@ -202,11 +234,13 @@ def unparsed_replay(*, event: InboundEvent) -> dict:
     stays parked. A stored Linear-style timestamp is measured against when the delivery arrived."""
     instance = event.instance
     info = (event.payload or {}).get("unparsed") or {}
+    scope = info.get("scope") or None
     request = WebhookRequest(body=bytes(event.raw_body or b""), headers=dict(event.raw_headers or {}),
-                             url=info.get("url") or "", received_at=event.received_at.timestamp())
+                             url=info.get("url") or "", received_at=event.received_at.timestamp(), scope=scope)
     try:
-        verified = _verify(adapter_for(instance, with_credentials=False, with_webhook_secret=True), request)
-        _admit(instance, verified)
+        verified = _verify(adapter_for(instance, with_credentials=False, with_webhook_secret=True, scope=scope),
+                           request)
+        verified = _admit(instance, verified)
     except WebhookUnparseable as exc:
         raise Unprocessable("The stored delivery still does not parse with this version.", code="webhook_unparseable",
                             details={"error": [str(exc)[:500]]})

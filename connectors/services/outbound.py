@@ -49,8 +49,10 @@ MARKER = "<!-- paperclip:effect:{id} -->"
 STATUS_CATEGORY = {IssueStatus.BACKLOG: StateCategory.BACKLOG, IssueStatus.IN_PROGRESS: StateCategory.ACTIVE,
                    IssueStatus.IN_REVIEW: StateCategory.REVIEW, IssueStatus.BLOCKED: StateCategory.BLOCKED,
                    IssueStatus.DONE: StateCategory.TERMINAL, IssueStatus.CANCELLED: StateCategory.TERMINAL}
-# state_mapping sections whose keys are not state names (Linear types, Jira categories, overrides)
-NOT_STATE_NAMES = {"types", "categories", "teams", "projects", "priorities", "issuetype", "labels_override_closed"}
+# state_mapping sections whose keys are not state names, or that hold another container's overrides (Jira/Asana
+# projects, Linear teams, Trello boards and list ids, Notion databases).
+NOT_STATE_NAMES = {"types", "categories", "teams", "projects", "priorities", "issuetype", "labels_override_closed",
+                   "boards", "listids", "databases"}
 OPERATION = {OutboundKind.COMMENT: "post_comment", OutboundKind.BACKLINK: "set_backlink",
              OutboundKind.STATE: "update_task_state", OutboundKind.FIELDS: "set_fields"}
 
@@ -94,7 +96,9 @@ def closure_allowed(link: TaskLink) -> bool:
 
 def state_name_for(link: TaskLink, category: str) -> str | None:
     """The inverse of the state mapping (§10.3): the operator-mapped state name of a category, or None.
-    ``config.outboundStates`` ({category: name}) wins; otherwise the first mapped name in the mapping."""
+    ``config.outboundStates`` ({category: name}) wins; otherwise the first mapped name in key order (sorted,
+    case-insensitively: PostgreSQL's jsonb does not keep the order an operator wrote, so "first as written"
+    would differ between databases). Name ``outboundStates`` where several states share a category."""
     instance = link.instance
     explicit = (instance.config or {}).get("outboundStates") or {}
     if isinstance(explicit.get(category), str) and explicit[category].strip():
@@ -102,7 +106,7 @@ def state_name_for(link: TaskLink, category: str) -> str | None:
 
     def walk(mapping):
         if isinstance(mapping, dict):
-            items = list(mapping.items())
+            items = sorted(mapping.items(), key=lambda kv: (str(kv[0]).lower(), str(kv[0])))
         elif isinstance(mapping, (list, tuple)):
             items = [tuple(p) for p in mapping if isinstance(p, (list, tuple)) and len(p) == 2]
         else:

@@ -97,7 +97,7 @@ def confirm(adapter: TaskSourceAdapter, event: VerifiedEvent, *, external_key: s
         return ReadBack(None, f"the delivered key names another task ({task.external_key or task.external_id})")
 
     def confirmed(**more) -> VerifiedEvent:
-        return replace(event, **({"trusted_content": True, "task": task, "actor": None,
+        return replace(event, **({"trusted_content": True, "sparse": False, "task": task, "actor": None,
                                   "container_id": task.container_id if task is not None else event.container_id}
                                  | more))
 

@@ -1,4 +1,5 @@
-"""The GitHub sandbox process of the offline demo (`make run`).
+"""The GitHub sandbox process of the offline demo (`make run`); ``--provider linear|jira|asana|trello|notion``
+serves that tracker's sandbox instead (connectors/management/commands/_demo_providers.py).
 
 Serves the in-memory GitHub-compatible sandbox (connectors.sandbox.github) for the demo company's
 "GitHub sandbox" connector, with the token and webhook secret taken from the environment
@@ -33,9 +34,17 @@ import urllib.request
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from ._demo_providers import PROVIDERS, ensure_connector, new_values, sandbox_class
+
 DEMO_ISSUE = {"title": "Fix the broken link in the README",
               "body": "The *Getting started* link in README.md points to a page that no longer exists.\n\n"
                       "Expected: it opens the docs home page.", "labels": ["bug"]}
+
+
+def _outcome(delivery) -> str:
+    if delivery is not None and delivery.status:
+        return f"webhook answered {delivery.status}"
+    return f"webhook not delivered: {getattr(delivery, 'error', None) or 'no delivery'}"
 
 
 class Command(BaseCommand):
@@ -50,8 +59,15 @@ class Command(BaseCommand):
         parser.add_argument("--wait", type=float, default=120.0, help="Seconds to wait for the server.")
         parser.add_argument("--sweep", type=float, default=10.0, help="Seconds between connector sweeps (0: none).")
         parser.add_argument("--once", action="store_true", help="Open the demo issue, then stop (for tests).")
+        parser.add_argument("--provider", default=os.environ.get("PAPERCLIP_DEMO_PROVIDER", "github"),
+                            choices=["github", *PROVIDERS],
+                            help="Which tracker sandbox to serve (default github; env PAPERCLIP_DEMO_PROVIDER). "
+                                 "The others get a '<Provider> sandbox' connector in the demo company.")
 
-    def handle(self, *args, company, connector, port, server_url, wait, sweep, once, **options):
+    def handle(self, *args, company, connector, port, server_url, wait, sweep, once, provider="github", **options):
+        if provider != "github":
+            return self._serve_other(PROVIDERS[provider], company=company, port=port, server_url=server_url,
+                                     wait=wait, sweep=sweep, once=once)
         from connectors.models import ConnectorInstance
         from connectors.sandbox.github import GitHubSandbox
         from connectors.services.instances import webhook_url
@@ -87,22 +103,71 @@ class Command(BaseCommand):
             sandbox.flush()
             delivery = next((d for d in reversed(sandbox.deliveries) if d.event == "issues" and d.action == "opened"),
                             None)
-            outcome = (f"webhook answered {delivery.status}" if delivery is not None and delivery.status
-                       else f"webhook not delivered: {getattr(delivery, 'error', None) or 'no delivery'}")
-            self.stdout.write(f"Opened {SANDBOX_REPO}#{issue['number']} “{issue['title']}”; {outcome}")
-            if once:
-                sandbox.flush()  # what the import wrote back (backlink comment)
-                return
-            last = 0.0
-            while not stopping.is_set():
-                sandbox.flush()
-                if sweep and time.monotonic() - last >= sweep:
-                    last = time.monotonic()
-                    self._sweep()
-                stopping.wait(0.5)
+            self.stdout.write(f"Opened {SANDBOX_REPO}#{issue['number']} “{issue['title']}”; {_outcome(delivery)}")
+            self._serve(sandbox, stopping, sweep, once)
         finally:
             sandbox.stop()
             self.stdout.write("GitHub sandbox stopped.")
+
+    def _serve_other(self, spec, *, company, port, server_url, wait, sweep, once):
+        """The same demo with another provider's sandbox: connector, webhook registration, one task, sweeps."""
+        from connectors.services.common import adapter_class
+        from connectors.services.instances import webhook_url
+        from connectors.services.webhook_setup import webhooks_register
+        from issues.models import Company
+
+        demo = Company.objects.filter(issue_prefix=company.upper()).first()
+        if demo is None:
+            raise CommandError(f"No company {company.upper()}: run manage.py seed_demo first.")
+        token, secret = new_values(spec)
+        sandbox = sandbox_class(spec)(port=port, token=token, webhook_secret=secret, real_clock=True,
+                                      delivery_mode="queued")
+        try:
+            sandbox.start()
+        except OSError as exc:
+            raise CommandError(f"Cannot listen on 127.0.0.1:{port}: {exc.strerror}.")
+        stopping = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+        try:
+            instance = ensure_connector(spec=spec, company=demo, sandbox=sandbox, name=f"{spec.display} sandbox",
+                                        token=token, secret=secret)
+            hook = webhook_url(instance)
+            registers = "register_webhook" in adapter_class(instance.provider_key).capabilities.operations
+            if not registers:  # else the provider sends to the webhooks registered below, not to a preset URL
+                sandbox.webhook_url = hook
+            self.stdout.write(f"{spec.display} sandbox on {sandbox.base_url}; connector “{instance.name}”; "
+                              f"webhooks -> {hook}")
+            if not self._wait_for(server_url, wait, stopping):
+                raise CommandError(f"The Paperclip server at {server_url} did not answer within {wait:.0f}s.")
+            if registers:
+                for reg in webhooks_register(instance=instance):  # the provider calls the server back meanwhile
+                    self.stdout.write(f"webhook for {reg['scope']}: {'active' if reg['active'] else 'NOT active'}"
+                                      f" {reg.get('detail') or ''}".rstrip())
+            before = len(sandbox.deliveries)
+            task_id = sandbox.demo_open_task(DEMO_ISSUE["title"], DEMO_ISSUE["body"])
+            sandbox.flush()
+            # the task's own delivery (the import's writes back to the tracker queue more after it)
+            delivery = next(iter(sandbox.deliveries[before:]), None)
+            self.stdout.write(f"Opened {task_id} “{DEMO_ISSUE['title']}”; {_outcome(delivery)}")
+            self._serve(sandbox, stopping, sweep, once)
+        finally:
+            sandbox.stop()
+            self.stdout.write(f"{spec.display} sandbox stopped.")
+
+    def _serve(self, sandbox, stopping, sweep: float, once: bool):
+        """Send what the tracker queued (the import's writes back to it) and, until stopped, run the
+        connector sweep every ``sweep`` seconds (the embedded-mode stand-in for celery beat)."""
+        if once:
+            sandbox.flush()
+            return
+        last = 0.0
+        while not stopping.is_set():
+            sandbox.flush()
+            if sweep and time.monotonic() - last >= sweep:
+                last = time.monotonic()
+                self._sweep()
+            stopping.wait(0.5)
 
     @staticmethod
     def _wait_for(url: str, seconds: float, stopping) -> bool:
