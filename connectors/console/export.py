@@ -17,7 +17,8 @@ from issues.exceptions import ApiError, Forbidden, NotFound
 from issues.models import Issue
 from issues.selectors import scoped_get
 
-from .views import _key, new_key
+from .common import new_key
+from .common import form_key as _key
 
 TARGET_SEPARATOR = "::"
 

@@ -7,7 +7,9 @@ from connectors.services.outbound_replay import effect_replay, instance_outbound
 from issues.console.base import adopt_company, perform, safe_next
 from issues.console.permissions import ACT_ON_WORK, console_action, console_actor, require_role
 
-from .views import _instance, _key, instance_url
+from .common import instance_url
+from .common import form_key as _key
+from .common import instance_for as _instance
 
 
 @console_action

@@ -6,7 +6,7 @@ from django.urls import reverse
 from issues.console.permissions import ACT_ON_WORK, ADMIN, has_role
 
 from . import capabilities, selectors
-from .views import new_key
+from .common import new_key
 
 
 def dashboard_panel(company):

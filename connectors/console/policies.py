@@ -14,7 +14,8 @@ from issues.console.permissions import console_action, console_actor, require_ro
 from issues.exceptions import InvalidInput
 from issues.selectors import scoped_get
 
-from .views import MANAGE_CONNECTORS, _instance, instance_url
+from .common import MANAGE_CONNECTORS, instance_url
+from .common import instance_for as _instance
 
 CLOSE_CHOICES = ClosePolicy.choices
 REOPEN_CHOICES = ReopenPolicy.choices

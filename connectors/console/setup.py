@@ -41,7 +41,9 @@ from issues.exceptions import ApiError, NotFound
 from issues.models import ActivityLog
 
 from . import setup_forms
-from .views import MANAGE_CONNECTORS, _instance, _key, instance_url, new_key
+from .common import MANAGE_CONNECTORS, instance_url, new_key
+from .common import form_key as _key
+from .common import instance_for as _instance
 
 log = logging.getLogger("connectors.console.setup")
 

@@ -20,7 +20,6 @@ The final fragment says that live refresh stopped and offers a button to resume 
 from __future__ import annotations
 
 import json
-import uuid
 
 from django import forms
 from django.contrib import messages
@@ -38,7 +37,6 @@ from issues.console.base import adopt_company, error_text, perform, render_page,
 from issues.console.runs import STOP_POLLING
 from issues.console.permissions import (
     ACT_ON_WORK,
-    ADMIN,
     can,
     console_action,
     console_actor,
@@ -50,8 +48,11 @@ from issues.exceptions import ApiError, Conflict as ConflictError, NotFound
 from issues.selectors import scoped_get
 
 from . import capabilities, selectors
+from .common import MANAGE_CONNECTORS, instance_url, new_key
+from .common import form_key as _key
+from .common import instance_for as _instance
+from .setup import setup_panel
 
-MANAGE_CONNECTORS = ADMIN
 POLL_EVERY = "5s"
 IDLE_POLLS = 6
 MAX_IDLE_POLLS = 60
@@ -79,22 +80,6 @@ TEXT_FIELDS = ("title", "description", "priority", "state")
 def _flags(request, company) -> dict:
     """The console's usual flags plus whether connectors may be managed."""
     return {**can(request, company), "manage": has_role(request, company.pk, MANAGE_CONNECTORS)}
-
-
-def _instance(request, instance_id) -> ConnectorInstance:
-    instance = scoped_get(ConnectorInstance.objects.select_related("company", "project", "triage_agent"),
-                          console_actor(request), instance_id, "Connector")
-    adopt_company(request, instance.company)
-    return instance
-
-
-def instance_url(instance) -> str:
-    return reverse("connectors_console:instance-detail", args=[instance.pk])
-
-
-def new_key() -> str:
-    """A fresh idempotency key per rendered form: a double submit acts once."""
-    return f"console-{uuid.uuid4()}"
 
 
 # --- instance list --------------------------------------------------------------------------------
@@ -126,7 +111,6 @@ def _health_context(request, instance, *, idle: int = 0) -> dict:
 @console_page
 @require_GET
 def instance_detail(request, instance_id):
-    from .setup import setup_panel  # webhook URL, handshake, first poll, mapping check (setup imports this module)
 
     instance = _instance(request, instance_id)
     return render_page(request, "connectors/health.html", None,
@@ -169,10 +153,6 @@ def instance_resume_view(request, instance_id):
         actor=console_actor(request), instance=instance, idempotency_key=_key(request)),
         success=f"{instance.name} resumed; " + "{result[queuedTasks]} task(s) queued.",
         redirect_to=safe_next(request, instance_url(instance)))
-
-
-def _key(request) -> str:
-    return (request.POST.get("idempotency_key") or "").strip() or new_key()
 
 
 @console_action
