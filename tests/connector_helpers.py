@@ -21,6 +21,13 @@ def fast_retries(settings):
     return settings
 
 
+def delivery_headers(delivery) -> dict:
+    """A sandbox delivery's headers as Django test-client ``HTTP_*`` keyword arguments (the body's own
+    content type and length are the client's)."""
+    return {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
+            if k.lower() not in ("content-type", "content-length")}
+
+
 def post_webhook(client, instance, body: bytes, *, secret: str | None = SECRET, signature: str | None = None,
                  capture=None, **extra):
     headers = {}

@@ -17,6 +17,7 @@ from connectors.services.instances import instance_create
 from issues.actors import SYSTEM
 from tests import github_sandbox as gh
 from tests import linear_sandbox as lin
+from tests.connector_helpers import delivery_headers
 
 PROVIDERS = ("github_issues", "linear")
 GH_ACTIVE_LABEL = "in progress"  # tests/github_sandbox.DEFAULT_STATE_MAPPING: the label that means active
@@ -110,8 +111,7 @@ class Tracker:
         return deliveries
 
     def post(self, delivery):
-        headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = delivery_headers(delivery)
         with self.capture(execute=True):
             return APIClient().post(f"/api/connectors/{self.instance.pk}/webhook", data=delivery.body,
                                     content_type="application/json", **headers)

@@ -20,7 +20,7 @@ from connectors.sandbox.github import GitHubSandbox
 from connectors.services.common import adapter_for
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM
-from tests.connector_helpers import external_comments  # noqa: F401  (re-exported for the backstop tests)
+from tests.connector_helpers import delivery_headers, external_comments  # noqa: F401  (external_comments: re-exported)
 from tests.factories import AgentFactory
 from tests.github_sandbox import DEFAULT_STATE_MAPPING as GITHUB_MAPPING
 from tests.github_sandbox import SANDBOX_REPO, SERVICE_LOGIN
@@ -114,8 +114,7 @@ class Tracker:
         return deliveries
 
     def post(self, delivery):
-        headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = delivery_headers(delivery)
         with self.capture(execute=True):
             return APIClient().post(f"/api/connectors/{self.instance.pk}/webhook", data=delivery.body,
                                     content_type="application/json", **headers)

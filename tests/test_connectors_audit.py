@@ -21,7 +21,7 @@ from issues.models import ActivityLog
 from issues.services.activity import activity_context, activity_record
 from issues.services.issues import issue_update
 from tests.connector_factories import make_instance
-from tests.connector_helpers import post_webhook
+from tests.connector_helpers import delivery_headers, post_webhook
 from tests.factories import AgentFactory, MembershipFactory
 from tests.github_sandbox import (  # noqa: F401  (fixture import)
     DEFAULT_STATE_MAPPING,
@@ -61,8 +61,7 @@ class Hop:
         while self.sent < len(self.sandbox.deliveries):
             delivery = self.sandbox.deliveries[self.sent]
             self.sent += 1
-            headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                       if k.lower() not in ("content-type", "content-length")}
+            headers = delivery_headers(delivery)
             with self.capture(execute=True):
                 response = APIClient().post(f"/api/connectors/{self.instance.pk}/webhook", data=delivery.body,
                                             content_type="application/json", **headers)

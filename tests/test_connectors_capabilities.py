@@ -34,7 +34,7 @@ from issues.exceptions import InvalidInput
 from issues.models import Comment
 from tests.connector_factories import SECRET, STATE_MAPPING, make_instance
 from tests.connector_fakes import FakeStore, FakeTrackerAdapter
-from tests.connector_helpers import post_webhook
+from tests.connector_helpers import delivery_headers, post_webhook
 from tests.factories import AgentFactory, MembershipFactory
 from tests.jira_sandbox import DEFAULT_STATE_MAPPING as JIRA_MAPPING
 from tests.jira_sandbox import SANDBOX_PROJECT, SANDBOX_WEBHOOK_SECRET, jira_sandbox  # noqa: F401
@@ -324,8 +324,7 @@ def test_the_real_jira_payload_routes_by_custom_field_id(company):
 
 def forward(sandbox, instance, capture, start: int) -> int:
     for delivery in sandbox.deliveries[start:]:
-        headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = delivery_headers(delivery)
         with capture(execute=True):
             response = APIClient().post(f"/api/connectors/{instance.pk}/webhook", data=delivery.body,
                                         content_type="application/json", **headers)

@@ -27,6 +27,7 @@ from tests.jira_sandbox import DEFAULT_STATE_MAPPING as JIRA_MAPPING
 from tests.jira_sandbox import SANDBOX_EMAIL, SANDBOX_PROJECT, jira_adapter_for
 from tests.linear_sandbox import DEFAULT_STATE_MAPPING as LINEAR_MAPPING
 from tests.linear_sandbox import SANDBOX_TEAM, SERVICE_USER, linear_adapter_for
+from tests.connector_helpers import delivery_headers
 
 PROVIDERS = ("github", "linear", "jira")
 TOKEN = "dedupe-sandbox-token"
@@ -97,8 +98,7 @@ class Tracker:
         deliveries = self.sandbox.deliveries[start:]
         self._forwarded[instance.pk] = start + len(deliveries)
         for delivery in deliveries:
-            headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                       if k.lower() not in ("content-type", "content-length")}
+            headers = delivery_headers(delivery)
             with capture(execute=True):
                 response = APIClient().post(f"/api/connectors/{instance.pk}/webhook", data=delivery.body,
                                             content_type="application/json", **headers)

@@ -20,7 +20,7 @@ from issues import events
 from issues.actors import SYSTEM
 from issues.management.commands.paperclip_worker import announce
 from tests.connector_factories import make_instance
-from tests.connector_helpers import post_webhook
+from tests.connector_helpers import delivery_headers, post_webhook
 from tests.factories import MembershipFactory
 from tests.github_sandbox import DEFAULT_STATE_MAPPING, SANDBOX_REPO, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET
 from tests.github_sandbox import SERVICE_LOGIN, github_sandbox  # noqa: F401  (fixture import)
@@ -67,8 +67,7 @@ def test_the_webhook_request_only_stores_and_the_worker_applies(company, github_
                                webhook_secret="env:PAPERCLIP_SECRET_EMBEDDED_HOOK", service_account_id=SERVICE_LOGIN)
     issue = sb.open_issue("Imported by the worker")
     delivery = sb.deliveries[-1]
-    headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-               if k.lower() not in ("content-type", "content-length")}
+    headers = delivery_headers(delivery)
     sb.clear_requests()
     response = APIClient().post(f"/api/connectors/{instance.pk}/webhook", data=delivery.body,
                                 content_type="application/json", **headers)

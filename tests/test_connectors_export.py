@@ -44,6 +44,7 @@ from tests import linear_sandbox as linear
 from tests.connector_fakes import FakeStore, FakeTrackerAdapter
 from tests.factories import AgentFactory, IssueFactory, MembershipFactory
 from tests.test_errors import assert_error
+from tests.connector_helpers import delivery_headers
 
 PROVIDERS = ("github", "linear", "jira")
 # The create request of each provider, as the sandbox sees it ("METHOD path\nbody"): its answer gets lost.
@@ -97,8 +98,7 @@ class Tracker:
         deliveries = self.sandbox.deliveries[self._forwarded:]
         self._forwarded += len(deliveries)
         for delivery in deliveries:
-            headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                       if k.lower() not in ("content-type", "content-length")}
+            headers = delivery_headers(delivery)
             with self.capture(execute=True):
                 response = APIClient().post(f"/api/connectors/{self.instance.pk}/webhook", data=delivery.body,
                                             content_type="application/json", **headers)

@@ -17,6 +17,7 @@ from connectors.services import polling
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM
 from issues.models import Comment, Issue
+from tests.connector_helpers import delivery_headers
 from tests.factories import AgentFactory
 from tests.github_sandbox import (  # noqa: F401  (fixture import)
     DEFAULT_STATE_MAPPING,
@@ -192,8 +193,7 @@ def forward(sandbox, instance, capture, start=0):
     """Hand the sandbox's signed deliveries to the webhook endpoint, exactly as sent."""
     out = []
     for delivery in sandbox.deliveries[start:]:
-        headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = delivery_headers(delivery)
         with capture(execute=True):
             out.append(APIClient().post(f"/api/connectors/{instance.pk}/webhook", data=delivery.body,
                                         content_type="application/json", **headers))

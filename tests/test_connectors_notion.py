@@ -35,7 +35,7 @@ from tests.notion_sandbox import (
     make_sandbox,
 )
 from tests.test_errors import assert_error
-from tests.connector_helpers import agent_says, external_comments, update
+from tests.connector_helpers import agent_says, delivery_headers, external_comments, update
 
 REAL = Path(sandbox_pkg.__file__).resolve().parent / "fixtures" / "notion"  # the real payloads, copied unchanged
 FIXTURES = sorted(p.name for p in REAL.glob("*.json"))
@@ -195,8 +195,7 @@ class Board:
         return self.sandbox.add_page(title, database=self.sandbox.tasks["id"], **values)["id"]
 
     def post(self, delivery):
-        headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = delivery_headers(delivery)
         with self.capture(execute=True):
             return APIClient().post(f"/api/connectors/{self.instance.pk}/webhook", data=delivery.body,
                                     content_type="application/json", **headers)

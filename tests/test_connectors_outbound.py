@@ -17,6 +17,7 @@ from issues.models import Comment
 from issues.services.issues import issue_update
 from issues.services.runs import run_finish
 from issues.services.thread import comment_create
+from tests.connector_helpers import delivery_headers
 from tests.factories import AgentFactory, RunFactory
 from tests.github_sandbox import (  # noqa: F401  (fixture import)
     DEFAULT_STATE_MAPPING,
@@ -52,8 +53,7 @@ def instance(company, coder, github_sandbox, monkeypatch):
 def forward(sandbox, instance, capture, start=0):
     out = []
     for delivery in sandbox.deliveries[start:]:
-        headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = delivery_headers(delivery)
         with capture(execute=True):
             out.append(APIClient().post(f"/api/connectors/{instance.pk}/webhook", data=delivery.body,
                                         content_type="application/json", **headers))

@@ -33,6 +33,7 @@ from tests.factories import AgentFactory, RunFactory
 from tests.github_sandbox import SANDBOX_REPO, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET, SERVICE_LOGIN
 from tests.test_celery_topology import database_url, wait_for
 from tests.test_connectors_outbound_durability import github_instance
+from tests.connector_helpers import delivery_headers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 EFFECT_MARKER = re.compile(r"paperclip:effect:(\d+)")
@@ -101,8 +102,7 @@ def test_a_worker_killed_during_an_outage_leaves_writes_a_new_worker_finishes_ex
         ConnectorInstance.objects.filter(pk=instance.pk).update(last_poll_at=far, last_reconcile_at=far)  # no polls
         number = sandbox.open_issue("Crash on start", "It crashes.", actor="octocat")["number"]
         for delivery in sandbox.deliveries:  # the import (and its backlink) happen before the outage
-            headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                       if k.lower() not in ("content-type", "content-length")}
+            headers = delivery_headers(delivery)
             APIClient().post(f"/api/connectors/{instance.pk}/webhook", data=delivery.body,
                              content_type="application/json", **headers)
         link = TaskLink.objects.get(instance=instance)

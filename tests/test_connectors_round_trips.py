@@ -29,7 +29,7 @@ from tests.jira_sandbox import SANDBOX_WEBHOOK_SECRET as JIRA_HOOK
 from tests.linear_sandbox import SANDBOX_TEAM, SERVICE_USER
 from tests.linear_sandbox import SANDBOX_TOKEN as LINEAR_TOKEN
 from tests.linear_sandbox import SANDBOX_WEBHOOK_SECRET as LINEAR_HOOK
-from tests.connector_helpers import agent_says, external_comments, update
+from tests.connector_helpers import agent_says, delivery_headers, external_comments, update
 
 PROVIDERS = ("linear", "jira")
 EFFECT_MARKER = re.compile(r"paperclip:effect:(\d+)")
@@ -122,8 +122,7 @@ class Tracker:
 
     # --- the webhook hop -------------------------------------------------------------------------
     def post(self, delivery):
-        headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = delivery_headers(delivery)
         with self.capture(execute=True):
             return APIClient().post(f"/api/connectors/{self.instance.pk}/webhook", data=delivery.body,
                                     content_type="application/json", **headers)

@@ -23,6 +23,7 @@ from issues.actors import SYSTEM, Actor
 from issues.exceptions import InvalidInput
 from issues.models import Comment, Issue
 from issues.services.issues import issue_update
+from tests.connector_helpers import delivery_headers
 from tests.factories import AgentFactory, MembershipFactory
 from tests.github_sandbox import (  # noqa: F401  (fixture import)
     DEFAULT_STATE_MAPPING,
@@ -59,8 +60,7 @@ class World:
         deliveries = self.sb.deliveries[self._seen:]
         self._seen += len(deliveries)
         for delivery in deliveries:
-            headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-                       if k.lower() not in ("content-type", "content-length")}
+            headers = delivery_headers(delivery)
             with self.capture(execute=True):
                 response = APIClient().post(f"/api/connectors/{self.instance.pk}/webhook", data=delivery.body,
                                             content_type="application/json", **headers)

@@ -32,6 +32,7 @@ from issues.services.wakeups import agent_wakeup
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, ProjectFactory, RunFactory
 from tests.jira_sandbox import SANDBOX_EMAIL, SANDBOX_PROJECT, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET
 from tests.test_adapters import Receiver
+from tests.connector_helpers import delivery_headers
 
 GIT = ["git", "-c", "user.name=Test", "-c", "user.email=test@example.invalid", "-c", "init.defaultBranch=main"]
 
@@ -376,8 +377,7 @@ def test_heartbeat_runs_and_live_runs_lists(company, make_agent_client):
 # --- Symphony variables from a real tracker import ---------------------------------------------------
 
 def post_delivery(delivery, instance, capture):
-    headers = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in delivery.headers.items()
-               if k.lower() not in ("content-type", "content-length")}
+    headers = delivery_headers(delivery)
     with capture(execute=True):
         return APIClient().post(f"/api/connectors/{instance.pk}/webhook", data=delivery.body,
                                 content_type="application/json", **headers)
