@@ -21,6 +21,7 @@ from .filtersets import ConflictFilterSet, InboundEventFilterSet, TaskLinkFilter
 from .models import Conflict, ConnectorInstance, InboundEvent, OutboundEffect, SyncCursor, SyncError, TaskLink
 from .services.common import adapter_class
 from .services.instances import webhook_url
+from .services.webhook_setup import public_registration
 
 
 def instance_get(*, actor: Actor, pk) -> ConnectorInstance:
@@ -98,8 +99,7 @@ def webhook_verification(instance: ConnectorInstance) -> str:
 
 def public_registrations(instance: ConnectorInstance) -> list[dict]:
     """The webhook registrations as health shows them: never their secret references."""
-    return [{k: v for k, v in r.items() if k != "secretRef"} | {"hasOwnSecret": bool(r.get("secretRef"))}
-            for r in instance.webhook_registrations or () if isinstance(r, dict)]
+    return [public_registration(r) for r in instance.webhook_registrations or () if isinstance(r, dict)]
 
 
 def instance_health(instance: ConnectorInstance) -> dict:

@@ -35,7 +35,6 @@ from tests.asana_sandbox import (  # noqa: F401  (fixture import)
     asana_adapter_for,
     asana_sandbox,
     event,
-    make_sandbox,
 )
 
 SECRET = "asana-test-secret"

@@ -24,7 +24,6 @@ from connectors.providers.base import AdapterConfig, Capabilities, StateCategory
 from connectors.providers.base import adapter_class, provider_keys
 from connectors.providers.custom_fields import field_text
 from connectors.providers.jira import JiraAdapter
-from connectors.sandbox.jira import DEFAULT_FIXTURES_DIR as JIRA_FIXTURES
 from connectors.sandbox.jira import sign as jira_sign
 from connectors.services import polling, routing
 from connectors.services.commands import VERBS

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from connectors.choices import ExportStatus, LinkStatus, OutboundKind, OutboundStatus
+from connectors.choices import ExportStatus, OutboundKind, OutboundStatus
 from connectors.models import (
     Conflict,
     InboundEvent,

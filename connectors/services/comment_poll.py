@@ -28,13 +28,13 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from connectors.choices import UNFINISHED_EVENT_STATUSES, ErrorCategory, EventSource, LinkStatus, SyncMode
+from connectors.choices import ErrorCategory, EventSource, LinkStatus, SyncMode
 from connectors.models import ConnectorInstance, ExternalCommentLink, InboundEvent, TaskLink
 from connectors.providers.base import EventKind, ExternalComment, ExternalTaskRef, ProviderError, VerifiedEvent
 
 from . import content
 from .common import adapter_for, conf, cursor_get, cursor_save, provider_degrade, sync_error_record
-from .inbound import comment_changed, event_apply, event_store, kick
+from .inbound import comment_changed, observed_store_apply
 from .logctx import engine_log
 
 POLL_WINDOW = "poll:comments"
@@ -156,7 +156,7 @@ def _repair_link(instance, adapter, link: TaskLink) -> tuple[int, int]:
     deleted = 0
     with transaction.atomic():
         for comment_id in sorted(candidates):
-            deleted += _store_and_apply(instance, EventSource.RECONCILE, VerifiedEvent(
+            deleted += observed_store_apply(instance=instance, source=EventSource.RECONCILE, event=VerifiedEvent(
                 event_id=f"comment-gone:{comment_id}", kind=EventKind.COMMENT_DELETED, action="reconcile.comment_missing",
                 external_task_id=link.external_task_id,
                 comment=ExternalComment(external_comment_id=comment_id, external_task_id=link.external_task_id,
@@ -194,7 +194,7 @@ def _comments_apply(instance, link: TaskLink, comments: list[ExternalComment], s
     for key, comment in due.items():
         if key in seen:
             continue
-        stored += _store_and_apply(instance, source, VerifiedEvent(
+        stored += observed_store_apply(instance=instance, source=source, event=VerifiedEvent(
             event_id=key, kind=EventKind.COMMENT_UPSERTED, action=f"{source}.comment",
             external_task_id=link.external_task_id, occurred_at=comment.updated_at or comment.created_at,
             comment=comment, actor=comment.author))
@@ -222,29 +222,6 @@ def _ours(instance, comment: ExternalComment) -> bool:
     return content.has_marker(comment.body) or (author is not None and (
         author.is_connector_service_account
         or (bool(instance.service_account_id) and author.external_user_id == instance.service_account_id)))
-
-
-def _store_and_apply(instance, source: str, event: VerifiedEvent) -> int:
-    """Store the event once; apply it now unless earlier events of its task are unfinished (they go
-    first: the worker applies the queue in order). A failed apply is left pending for the worker's
-    retry accounting. Returns 1 when the event is new."""
-    row, created = event_store(instance=instance, event=event, source=source, verification="api-read")
-    if not created:
-        return 0
-    earlier = InboundEvent.objects.filter(instance=instance, external_task_id=row.external_task_id,
-                                          status__in=UNFINISHED_EVENT_STATUSES, id__lt=row.pk).exists()
-    if earlier:
-        kick(instance.pk, row.external_task_id)
-        return 1
-    try:
-        with transaction.atomic():
-            outcome = event_apply(instance=instance, event=row)
-            now = timezone.now()
-            InboundEvent.objects.filter(pk=row.pk).update(status=outcome.status, outcome=outcome.text[:300],
-                                                          attempts=1, applied_at=now, last_attempt_at=now)
-    except Exception:  # noqa: BLE001 — left pending: the worker applies it with retry accounting
-        kick(instance.pk, row.external_task_id)
-    return 1
 
 
 def _report_skipped(instance, link: TaskLink, page):

@@ -107,7 +107,7 @@ def _routed_custom_fields(instance: ConnectorInstance, cls) -> tuple[str, ...]:
     """Ids the enabled ``custom_field`` routing rules read (§8.1); no query for a provider without them."""
     from connectors.choices import RoutingRuleKind
 
-    if RoutingRuleKind.CUSTOM_FIELD not in cls.capabilities.routing_rule_kinds or instance.pk is None:
+    if RoutingRuleKind.CUSTOM_FIELD not in cls.capabilities.routing_rule_kinds or instance._state.adding:
         return ()
     ids = {m["field"].strip() for m in instance.routing_rules.filter(
         kind=RoutingRuleKind.CUSTOM_FIELD, enabled=True).values_list("match", flat=True)

@@ -46,7 +46,7 @@ from . import links
 from .common import adapter_class, adapter_for, conf, failure_of, sync_error_record
 from .conflicts import PRIORITY_NUMBER  # Paperclip priority -> the 0-4 number the adapters write
 from .export_marks import CLOCK_SKEW, created_by, export_footer
-from .interventions import _intervene, require_writer
+from .interventions import intervene, require_writer
 from .outbound import WRITE_SYNC_MODES
 
 log = logging.getLogger("connectors.export")
@@ -133,7 +133,7 @@ def issue_export(*, actor: Actor, instance: ConnectorInstance, issue: Issue, con
         getattr(adapter, "close", lambda: None)()
     TaskExport.objects.filter(pk=export.pk).update(external_task_id=task.external_id[:200], updated_at=timezone.now())
     try:
-        result = _intervene(actor=actor, instance=instance, action=InterventionAction.TASK_EXPORT, target_id=issue.pk,
+        result = intervene(actor=actor, instance=instance, action=InterventionAction.TASK_EXPORT, target_id=issue.pk,
                             key=f"export:{export.pk}", reason=reason,
                             apply=lambda: _link(actor, instance, issue, export.pk, task, found))
     except ApiError as exc:

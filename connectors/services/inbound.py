@@ -102,6 +102,30 @@ def kick(instance_id, external_task_id: str):
     task_events(instance_id, external_task_id)
 
 
+def observed_store_apply(*, instance: ConnectorInstance, event: VerifiedEvent, source: str) -> bool:
+    """Something the connector read itself (a poll page's task, a listed or vanished comment): stored once
+    and applied at once, unless earlier events of its task are unfinished (they go first: the worker
+    applies the queue in order). A failed apply stays pending for the worker's retry accounting. Returns
+    whether the event was new."""
+    row, created = event_store(instance=instance, event=event, source=source, verification="api-read")
+    if not created:
+        return False
+    earlier = InboundEvent.objects.filter(instance=instance, external_task_id=row.external_task_id,
+                                          status__in=UNFINISHED_EVENT_STATUSES, id__lt=row.pk).exists()
+    if earlier:
+        kick(instance.pk, row.external_task_id)
+        return True
+    try:
+        with transaction.atomic():
+            outcome = event_apply(instance=instance, event=row)
+            now = timezone.now()
+            InboundEvent.objects.filter(pk=row.pk).update(status=outcome.status, outcome=outcome.text[:300],
+                                                          attempts=1, applied_at=now, last_attempt_at=now)
+    except Exception:  # noqa: BLE001 — left pending: the worker applies it with retry accounting
+        kick(instance.pk, row.external_task_id)
+    return True
+
+
 # ------------------------------------------------------------------------------------ processing
 
 def task_events_process(*, instance_id, external_task_id: str, limit: int = 200) -> dict:

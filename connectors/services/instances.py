@@ -15,7 +15,7 @@ from issues.models import Agent, Company, Goal, Project
 from issues.services.activity import activity_record
 from issues.services.lookups import company_object
 
-from .common import adapter_class, conf, provider_known
+from .common import adapter_class, adapter_for, conf, provider_known
 from .interventions import require_admin, secret_input
 from .mapping_check import CHECKED_FIELDS
 from .routing_rules import rule_errors, rules_check
@@ -99,13 +99,7 @@ def _validate(company: Company, data: dict, provider_key: str) -> dict:
 def _run_mode_check(instance: ConnectorInstance):
     """A run mode the provider cannot drive with this configuration is refused (e.g. the Symphony profile
     on a Notion database without a status property: nothing would say a task became active)."""
-    from connectors.providers.base import AdapterConfig
-
-    cls = adapter_class(instance.provider_key)
-    adapter = cls(AdapterConfig(base_url=instance.base_url or getattr(cls, "default_base_url", ""),
-                                containers=tuple(instance.containers or ()), state_mapping=instance.state_mapping or {},
-                                options=dict(instance.config or {})))
-    reason = adapter.run_mode_refusal(instance.default_run_mode)
+    reason = adapter_for(instance, with_credentials=False).run_mode_refusal(instance.default_run_mode)
     if reason:
         raise Unprocessable(f"This connector cannot run {instance.default_run_mode}: {reason}",
                             code="run_mode_unsupported", details={"defaultRunMode": [reason]})
@@ -143,8 +137,9 @@ def instance_create(*, actor: Actor, company: Company, name: str, provider_key: 
         raise InvalidInput(details={k: ["Unknown field."] for k in unknown})
     _validate(company, fields, provider_key)
     rules_check(provider_key, routing_rules)
-    if "poll_interval_seconds" not in fields and adapter_class(provider_key).default_poll_interval_seconds:
-        fields["poll_interval_seconds"] = adapter_class(provider_key).default_poll_interval_seconds
+    default_poll = adapter_class(provider_key).default_poll_interval_seconds
+    if default_poll and "poll_interval_seconds" not in fields:
+        fields["poll_interval_seconds"] = default_poll
     with transaction.atomic():
         for field in ("project_id", "goal_id", "triage_agent_id"):
             fields.pop(field, None)

@@ -137,29 +137,31 @@ def _verify(adapter: TaskSourceAdapter, request: WebhookRequest) -> VerifiedEven
     return _without_nul(verified)
 
 
+def _events_of(verified: VerifiedEvent) -> list[VerifiedEvent]:
+    """The delivery's events in order: the first, then those it carries (each without ``carried``)."""
+    return [replace(verified, carried=()), *verified.carried]
+
+
 def _admit(instance: ConnectorInstance, verified: VerifiedEvent) -> VerifiedEvent:
     """The container check (§14.2) of every event the delivery carries; returns what is admitted. One that
     names no container is resolved through the task's existing link (§7.1.1): accepted only when it is
     linked here. In a batch of several events (Asana) such an entry is left out and the others stored; a
     delivery with nothing left, or naming another container anywhere, is refused (401, nothing stored)."""
-    events, refused = [], None
-    for event in (replace(verified, carried=()), *verified.carried):
-        if event.container_id is None:
-            task_id = event.external_task_id or ""
-            if event.kind == EventKind.TASK_UPSERTED and event.task is None:
-                events.append(event)  # sparse: the engine reads the task back and checks the container it is in
-                continue
-            if event.kind != EventKind.IGNORED and task_id and instance.containers and not \
-                    TaskLink.objects.filter(instance=instance, external_task_id=task_id).exclude(
-                        status=LinkStatus.UNLINKED).exists():
-                refused = WebhookTaskNotLinked(f"The delivery names no container, only task {task_id}, which is not "
-                                               "linked on this connector.", category=ErrorCategory.PROVIDER_PAYLOAD)
-                continue
-        elif not container_allowed(instance, event.container_id):
+    every = _events_of(verified)
+    for event in every:
+        if event.container_id is not None and not container_allowed(instance, event.container_id):
             raise WebhookRejected(f"Payload for another container ({event.container_id}).")
-        events.append(event)
+    # container-less entries that must already be linked here: one query for the whole delivery
+    wanted = {e.external_task_id for e in every if e.container_id is None and e.external_task_id
+              and e.kind != EventKind.IGNORED and not (e.kind == EventKind.TASK_UPSERTED and e.task is None)}
+    linked = set(TaskLink.objects.filter(instance=instance, external_task_id__in=wanted).exclude(
+        status=LinkStatus.UNLINKED).values_list("external_task_id", flat=True)) if wanted and instance.containers \
+        else wanted
+    events = [e for e in every if e.container_id is not None or e.external_task_id not in wanted - linked]
     if not events:
-        raise refused
+        task_id = next(iter(wanted - linked))
+        raise WebhookTaskNotLinked(f"The delivery names no container, only task {task_id}, which is not linked on "
+                                   "this connector.", category=ErrorCategory.PROVIDER_PAYLOAD)
     return replace(events[0], carried=tuple(events[1:]))
 
 
@@ -168,7 +170,7 @@ def _store(instance: ConnectorInstance, verified: VerifiedEvent, *, headers: dic
     """One inbox row per event of the delivery (the carried ones after the first), each once per key;
     a key held by a parked unparsed row (an earlier delivery of this body) upgrades that row."""
     first, created = None, False
-    for position, event in enumerate((replace(verified, carried=()), *verified.carried)):
+    for position, event in enumerate(_events_of(verified)):
         signed = event.trusted_content
         row, new = event_store(instance=instance, event=event, source=source, headers=headers, body=body,
                                verified=signed, verification="signature" if signed else "unverified")

@@ -52,7 +52,7 @@ def require_writer(actor: Actor, company_id):
     actor.ensure_can_write(company_id)
 
 
-def _intervene(*, actor: Actor, instance: ConnectorInstance, action: str, target_id, key: str, reason: str, apply):
+def intervene(*, actor: Actor, instance: ConnectorInstance, action: str, target_id, key: str, reason: str, apply):
     """Run ``apply()`` once per idempotency key; a repeat returns the first result."""
     require_writer(actor, instance.company_id)
     if not key or not key.strip():
@@ -96,7 +96,7 @@ def instance_pause(*, actor: Actor, instance: ConnectorInstance, idempotency_key
         row.save(update_fields=["status", "status_detail", "updated_at"])
         return {"status": row.status, "previous": previous}
 
-    return _intervene(actor=actor, instance=instance, action=InterventionAction.INSTANCE_PAUSE, target_id=instance.pk,
+    return intervene(actor=actor, instance=instance, action=InterventionAction.INSTANCE_PAUSE, target_id=instance.pk,
                       key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -110,7 +110,7 @@ def instance_resume(*, actor: Actor, instance: ConnectorInstance, idempotency_ke
         transaction.on_commit(lambda: _kick_all(row.pk, pending))
         return {"status": row.status, "previous": previous, "queuedTasks": len(pending)}
 
-    return _intervene(actor=actor, instance=instance, action=InterventionAction.INSTANCE_RESUME,
+    return intervene(actor=actor, instance=instance, action=InterventionAction.INSTANCE_RESUME,
                       target_id=instance.pk, key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -162,7 +162,7 @@ def credentials_rotate(*, actor: Actor, instance: ConnectorInstance, idempotency
         pending_kick(row.pk)
         return {"rotated": changed}
 
-    return _intervene(actor=actor, instance=instance, action=InterventionAction.CREDENTIALS_ROTATE,
+    return intervene(actor=actor, instance=instance, action=InterventionAction.CREDENTIALS_ROTATE,
                       target_id=instance.pk, key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -205,7 +205,7 @@ def link_pause(*, actor: Actor, link: TaskLink, idempotency_key: str, reason: st
                             key=idempotency_key, save_fields=("paused_from_status",))
         return {"status": row.status}
 
-    return _intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_PAUSE, target_id=link.pk,
+    return intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_PAUSE, target_id=link.pk,
                       key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -220,7 +220,7 @@ def link_resume(*, actor: Actor, link: TaskLink, idempotency_key: str, reason: s
             resync_after_commit(row)
         return {"status": row.status}
 
-    return _intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_RESUME, target_id=link.pk,
+    return intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_RESUME, target_id=link.pk,
                       key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -237,7 +237,7 @@ def link_unlink(*, actor: Actor, link: TaskLink, idempotency_key: str, reason: s
                 status=ConflictStatus.DISMISSED, resolution="unlink", resolved_at=timezone.now())
         return {"status": row.status, "issueId": str(row.issue_id)}
 
-    return _intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_UNLINK, target_id=link.pk,
+    return intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_UNLINK, target_id=link.pk,
                       key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -248,7 +248,7 @@ def link_resync(*, actor: Actor, link: TaskLink, idempotency_key: str, reason: s
         resync_after_commit(link)
         return {"queued": True}
 
-    return _intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_RESYNC, target_id=link.pk,
+    return intervene(actor=actor, instance=link.instance, action=InterventionAction.LINK_RESYNC, target_id=link.pk,
                       key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -323,7 +323,7 @@ def event_replay(*, actor: Actor, event: InboundEvent, idempotency_key: str, rea
             kick(row.instance_id, row.external_task_id)
         return {"eventId": row.pk, "status": row.status}
 
-    return _intervene(actor=actor, instance=event.instance, action=InterventionAction.EVENT_REPLAY,
+    return intervene(actor=actor, instance=event.instance, action=InterventionAction.EVENT_REPLAY,
                       target_id=event.pk, key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -356,7 +356,7 @@ def task_import_manual(*, actor: Actor, instance: ConnectorInstance, idempotency
             link = active_link(instance, task.external_id)
             return {"linkId": str(link.pk), "issueId": str(link.issue_id), "created": True}
 
-    return _intervene(actor=actor, instance=instance, action=InterventionAction.TASK_IMPORT,
+    return intervene(actor=actor, instance=instance, action=InterventionAction.TASK_IMPORT,
                       target_id=task.external_id, key=idempotency_key, reason="", apply=apply)
 
 
@@ -370,5 +370,5 @@ def link_manual_create(*, actor: Actor, instance: ConnectorInstance, issue, idem
         link = link_manual(actor=actor, instance=instance, issue=issue, task=task, key=idempotency_key)
         return {"linkId": str(link.pk), "issueId": str(issue.pk), "status": link.status}
 
-    return _intervene(actor=actor, instance=instance, action=InterventionAction.LINK_CREATE,
+    return intervene(actor=actor, instance=instance, action=InterventionAction.LINK_CREATE,
                       target_id=task.external_id, key=idempotency_key, reason="", apply=apply)

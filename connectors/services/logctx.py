@@ -73,8 +73,6 @@ def engine_log(level: int, what: str, *, outcome: str, instance=None, link=None,
 def outbound_logged(write):
     """Decorate the outbound engine's ``_write(effect, link, resumed) -> outcome``: one line per
     delivery attempt's outcome (done, cancelled, retry, parked, failed)."""
-    import functools
-
     @functools.wraps(write)
     def wrapper(effect, link, resumed):
         outcome = write(effect, link, resumed)

@@ -1,5 +1,5 @@
 """Operator replay of parked and failed outbound writes (§13.3, §13.1.1): one effect, or every
-parked/failed effect of an instance. Audited and idempotent on the operator's key (``_intervene``).
+parked/failed effect of an instance. Audited and idempotent on the operator's key (``intervene``).
 
 A replayed effect is pending again with a fresh retry horizon and is delivered in its link's order
 (it waits for an earlier write of the link that is still retrying). It keeps its marker check: a
@@ -16,7 +16,7 @@ from connectors.models import ConnectorInstance, OutboundEffect
 from issues.actors import Actor
 from issues.exceptions import Unprocessable
 
-from .interventions import _intervene
+from .interventions import intervene
 
 
 REPLAYABLE = (OutboundStatus.PARKED, OutboundStatus.FAILED)
@@ -33,7 +33,7 @@ def effect_replay(*, actor: Actor, effect: OutboundEffect, idempotency_key: str,
             _kick_after_commit([row.pk])
         return {"effectId": row.pk, "status": row.status, "outcome": outcome}
 
-    return _intervene(actor=actor, instance=effect.instance, action=InterventionAction.OUTBOUND_REPLAY,
+    return intervene(actor=actor, instance=effect.instance, action=InterventionAction.OUTBOUND_REPLAY,
                       target_id=effect.pk, key=idempotency_key, reason=reason, apply=apply)
 
 
@@ -54,7 +54,7 @@ def instance_outbound_replay(*, actor: Actor, instance: ConnectorInstance, idemp
         return {"status": "queued", "replayedCount": len(queued), "effectIds": queued,
                 "supersededEffectIds": superseded}
 
-    return _intervene(actor=actor, instance=instance, action=InterventionAction.OUTBOUND_REPLAY,
+    return intervene(actor=actor, instance=instance, action=InterventionAction.OUTBOUND_REPLAY,
                       target_id=instance.pk, key=idempotency_key, reason=reason, apply=apply)
 
 

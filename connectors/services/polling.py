@@ -13,7 +13,6 @@ from django.db.models import Count
 from django.utils import timezone
 
 from connectors.choices import (
-    UNFINISHED_EVENT_STATUSES,
     ErrorCategory,
     EventSource,
     EventStatus,
@@ -36,7 +35,7 @@ from .common import provider_degrade as _degrade
 from .logctx import engine_log
 from .credential_health import credentials_ok
 from .outbound_queue import pending_kick
-from .inbound import event_apply, event_store, kick
+from .inbound import event_store, kick, observed_store_apply
 
 RECONCILE_SCOPE = "reconcile:links"
 
@@ -61,26 +60,9 @@ def _task_event(task: ExternalTask, key: str, action: str) -> VerifiedEvent:
 def poll_page_apply(*, instance: ConnectorInstance, scope: str, page, source: str = EventSource.POLL) -> list[str]:
     """Store and apply one page, then save its cursor — all in the caller's transaction. Tasks with
     earlier unfinished events are left queued behind them (per-task order)."""
-    changed = []
-    for task in page.items:
-        event, created = event_store(instance=instance, event=_task_event(task, _task_key(task), "poll"),
-                                     source=source, verification="api-read")
-        if not created:
-            continue
-        changed.append(task.external_id)
-        earlier = InboundEvent.objects.filter(instance=instance, external_task_id=task.external_id,
-                                              status__in=UNFINISHED_EVENT_STATUSES, id__lt=event.pk).exists()
-        if earlier:
-            kick(instance.pk, task.external_id)
-            continue
-        try:
-            with transaction.atomic():
-                outcome = event_apply(instance=instance, event=event)
-                InboundEvent.objects.filter(pk=event.pk).update(
-                    status=outcome.status, outcome=outcome.text[:300], attempts=1, applied_at=timezone.now(),
-                    last_attempt_at=timezone.now())
-        except Exception:  # left pending: the worker applies it with retry accounting
-            kick(instance.pk, task.external_id)
+    changed = [task.external_id for task in page.items
+               if observed_store_apply(instance=instance, event=_task_event(task, _task_key(task), "poll"),
+                                       source=source)]
     for record in getattr(page, "skipped", None) or ():
         # §13.1.8: a malformed record is reported and skipped; the rest of the page and the cursor go on.
         sync_error_record(instance=instance, category=ErrorCategory.SCHEMA_DRIFT,

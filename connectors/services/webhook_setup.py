@@ -29,7 +29,7 @@ from issues.exceptions import Unprocessable
 from issues.models import ActivityLog
 from issues.services.activity import activity_record
 
-from .common import adapter_class, adapter_for, registration_of, sync_error_record
+from .common import adapter_class, adapter_for, container_allowed, registration_of, sync_error_record
 from .instances import webhook_url
 from .interventions import require_admin
 
@@ -45,10 +45,6 @@ class HandshakeRefused(Exception):
 
 
 # ------------------------------------------------------------------------------------------ handshakes
-def _scope_key(instance: ConnectorInstance):
-    return adapter_class(instance.provider_key).container_key
-
-
 def handshake_expected(instance: ConnectorInstance, scope: str | None, now=None) -> bool:
     """Whether a secret-bearing handshake may be stored now. Unscoped: only inside the instance's window
     (opened when a connector is created without a webhook secret, or by an admin). Scoped: only for a
@@ -57,8 +53,7 @@ def handshake_expected(instance: ConnectorInstance, scope: str | None, now=None)
     now = now or timezone.now()
     if not scope:
         return bool(instance.handshake_open_until and instance.handshake_open_until > now)
-    key = _scope_key(instance)
-    if key(scope) not in {key(str(c)) for c in instance.containers or ()}:
+    if not instance.containers or not container_allowed(instance, scope):
         return False
     until = (registration_of(instance, scope) or {}).get("handshakeUntil")
     return bool(until) and until > now.isoformat()
@@ -82,13 +77,7 @@ def handshake_accept(*, instance: ConnectorInstance, reply: HandshakeReply, scop
         ref = secrets.secret_store(company=row.company, name=f"{row.name} webhook secret"
                                    + (f" ({scope})" if scope else ""), value=reply.secret)
         if scope:
-            key, entries, replaced = _scope_key(row), [], ""
-            for item in row.webhook_registrations or ():
-                if isinstance(item, dict) and key(str(item.get("scope") or "")) == key(scope):
-                    replaced = item.get("secretRef") or ""
-                    item = {**item, "secretRef": ref, "handshakeUntil": None}
-                entries.append(item)
-            row.webhook_registrations = entries
+            replaced = _put_entry(row, scope, {"secretRef": ref, "handshakeUntil": None}).get("secretRef") or ""
         else:
             replaced, row.webhook_secret_ref, row.handshake_open_until = row.webhook_secret_ref, ref, None
         detail = (reply.detail or "handshake: signing secret received") + (f" for {scope}" if scope else "")
@@ -158,22 +147,33 @@ def _registration_obj(entry: dict) -> WebhookRegistration:
                                detail=str(entry.get("detail") or ""))
 
 
+def _put_entry(row: ConnectorInstance, scope: str, changes: dict) -> dict:
+    """Set ``changes`` on ``row``'s registration for ``scope`` (added when it has none); returns the entry as
+    it was ({} when new). The caller saves the row."""
+    key = adapter_class(row.provider_key).container_key
+    entries, previous = [], None
+    for item in row.webhook_registrations or ():
+        if previous is None and isinstance(item, dict) and key(str(item.get("scope") or "")) == key(scope):
+            previous, item = item, {**item, **changes}
+        entries.append(item)
+    if previous is None:
+        entries.append({"scope": scope, **changes})
+    row.webhook_registrations = entries
+    return previous or {}
+
+
 def _save_entry(instance_id, entry: dict):
-    """Merge one container's registration into the row (a handshake may have added its secret meanwhile)."""
+    """Merge one container's registration into the row; an entry without a secret keeps the one a handshake
+    stored meanwhile."""
     with transaction.atomic():
         row = ConnectorInstance.objects.select_for_update().get(pk=instance_id)
-        key = adapter_class(row.provider_key).container_key
-        entries, found = [], False
-        for item in row.webhook_registrations or ():
-            if isinstance(item, dict) and key(str(item.get("scope") or "")) == key(entry["scope"]):
-                entry = {**entry, "secretRef": entry.get("secretRef") or item.get("secretRef") or ""}
-                item, found = entry, True
-            entries.append(item)
-        if not found:
-            entries.append(entry)
-        row.webhook_registrations = entries
+        _put_entry(row, entry["scope"], {k: v for k, v in entry.items() if k != "secretRef" or v})
         row.save(update_fields=["webhook_registrations", "updated_at"])
-        return row
+
+
+def public_registration(entry: dict) -> dict:
+    """A registration as health, the API and the console show it: never its secret reference."""
+    return {k: v for k, v in entry.items() if k != "secretRef"} | {"hasOwnSecret": bool(entry.get("secretRef"))}
 
 
 def webhooks_register(*, instance: ConnectorInstance, actor: Actor = SYSTEM) -> list[dict]:
@@ -221,7 +221,7 @@ def webhooks_register(*, instance: ConnectorInstance, actor: Actor = SYSTEM) -> 
                     entity_type="connector", entity_id=instance.pk,
                     details={"registrations": [{k: r.get(k) for k in ("scope", "externalId", "active", "detail")}
                                                for r in results]})
-    return [{k: v for k, v in r.items() if k != "secretRef"} for r in results]
+    return [public_registration(r) for r in results]
 
 
 def webhooks_reverify(*, instance: ConnectorInstance, actor: Actor | None = None) -> list[dict]:
@@ -249,5 +249,5 @@ def webhooks_reverify(*, instance: ConnectorInstance, actor: Actor | None = None
                                           f"{reg.detail or 'gone or disabled'}; run connector_register_webhooks "
                                           "(polling continues meanwhile).")
         _save_entry(instance.pk, entry)
-        results.append({k: v for k, v in entry.items() if k != "secretRef"})
+        results.append(public_registration(entry))
     return results
