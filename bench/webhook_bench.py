@@ -383,6 +383,9 @@ def main(argv=None):
     print(f"apply, one worker process: {apply_imports['events']} imports in {apply_imports['wall_s']:.1f}s = "
           f"{apply_imports['events_per_s']:.1f} events/s (each creates an issue and a link)")
     for label, r in per_links.items():
+        if not r["events"]:  # nothing was left for this worker to apply: say so instead of a figure
+            print(f"apply edit+comment events with {label}: no events left to apply ({r['left']} unfinished)")
+            continue
         print(f"apply edit+comment events with {label}: {r['events']} events, "
               f"{r['statements_per_event']:.1f} statements/event (transaction control not counted), "
               f"{r['events_per_s']:.1f} events/s under query capture")
