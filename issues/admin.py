@@ -37,6 +37,10 @@ from issues.models import (
     Membership,
     Project,
     RunEvent,
+    RunnerCommand,
+    RunnerEvent,
+    RunnerSession,
+    RunnerSource,
     WakeupRequest,
     WorkflowDocumentCache,
     WorkProduct,
@@ -596,6 +600,42 @@ class RunEventAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="message")
     def short_message(self, obj):
         return _short(obj.message)
+
+
+@admin.register(RunnerSession)
+class RunnerSessionAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """A PRP run's negotiation and projections, written by the runner protocol (issues.runner)."""
+
+    list_display = ("run", "company", "protocol_version", "runner_instance_id", "event_count", "controller_seq",
+                    "hello_at")
+    list_filter = ("protocol_version", "company")
+    search_fields = ("run__id", "runner_instance_id")
+    list_select_related = ("run", "company")
+
+
+@admin.register(RunnerSource)
+class RunnerSourceAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("run", "source_key", "acked_seq", "updated_at")
+    search_fields = ("run__id", "source_key")
+    list_select_related = ("run",)
+
+
+@admin.register(RunnerEvent)
+class RunnerEventAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Committed PRP events, exactly as the runner sent them (never edited: they are acknowledged)."""
+
+    list_display = ("run", "position", "source_key", "source_seq", "event_type", "received_at")
+    list_filter = ("event_type",)
+    search_fields = ("run__id", "source_event_id", "event_type")
+    list_select_related = ("run",)
+
+
+@admin.register(RunnerCommand)
+class RunnerCommandAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("run", "controller_seq", "command_type", "status", "delivered_at", "result_at", "confirm_by")
+    list_filter = ("status", "command_type")
+    search_fields = ("run__id", "command_id", "command_type")
+    list_select_related = ("run",)
 
 
 @admin.register(ExecutionWorkspace)

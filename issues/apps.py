@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class IssuesConfig(AppConfig):
     name = "issues"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # The runner protocol (issues.runner) sits above the services: it plugs in through their
+        # ports and signals (the stop port, stop expiry on the sweep, answers to runtime requests).
+        from issues.runner import host_control, requests
+
+        host_control.connect()
+        requests.connect()

@@ -45,6 +45,7 @@ class AdapterType(models.TextChoices):
     PROCESS = "process"
     HTTP = "http"
     NONE = "none"
+    RUNNER = "runner"  # a Paperclip Runner Protocol runner drives the run (issues.runner)
 
 
 class IssueStatus(models.TextChoices):
@@ -108,6 +109,7 @@ class InteractionKind(models.TextChoices):
     REQUEST_CONFIRMATION = "request_confirmation"
     ASK_QUESTION = "ask_question"
     CHOOSE_TASKS = "choose_tasks"
+    RUNTIME_REQUEST = "runtime_request"  # a PRP runner's permission or question request
 
 
 class InteractionStatus(models.TextChoices):
@@ -210,6 +212,7 @@ class RunEventKind(models.TextChoices):
     SYSTEM = "system"
     USAGE = "usage"
     HEARTBEAT = "heartbeat"
+    RUNNER = "runner"  # one PRP event (issues.runner): data names its source identity
 
 
 class WorkspaceStrategy(models.TextChoices):
@@ -222,3 +225,16 @@ class WorkspaceStatus(models.TextChoices):
     ACTIVE = "active"
     REMOVED = "removed"
     FAILED = "failed"
+
+
+class RunnerCommandStatus(models.TextChoices):
+    """A host -> runner command of the PRP command lane (issues.runner.commands)."""
+    PENDING = "pending"  # stored, not yet fetched by the runner
+    DELIVERED = "delivered"  # offered to the runner at least once
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"  # the runner refused it (unsupported, invalid)
+    EXPIRED = "expired"  # the host gave up waiting (a stop not confirmed in time)
+
+
+RUNNER_COMMAND_OPEN = (RunnerCommandStatus.PENDING, RunnerCommandStatus.DELIVERED)

@@ -20,6 +20,9 @@ run_finished_atomic = Signal()  # run
 # Sent inside the transaction of the write (like comment_created_atomic), for outbound artifact links.
 work_product_created_atomic = Signal()  # work_product, actor
 document_written_atomic = Signal()  # document, revision, actor
+# Sent inside the transaction of a board answer, after the interaction is saved: a PRP runner's
+# request becomes its request.resolve command here (issues.runner.requests); an exception rolls back.
+interaction_responded_atomic = Signal()  # interaction, actor
 run_finished = Signal()  # run
 sweep_ticked = Signal()  # now; sent synchronously by the periodic sweep; receivers return a report dict
 # The in-process worker (manage.py paperclip_worker) announces its life to the other apps: once at start

@@ -202,6 +202,9 @@ PAPERCLIP = {
     "RUN_MAX_CONCURRENT_AGENTS": env.int("PAPERCLIP_RUN_MAX_CONCURRENT_AGENTS", default=0),
     # API calls made with a run's key (or naming the run) count as its liveness, one write per this.
     "RUN_ACTIVITY_THROTTLE_SECONDS": env.int("PAPERCLIP_RUN_ACTIVITY_THROTTLE_SECONDS", default=15),
+    # A PRP runner must confirm a host stop (turn.interrupt / run.cancel) with its run.terminal
+    # within this; otherwise the sweep ends the run as lost (issues.runner.host_control).
+    "RUNNER_STOP_CONFIRM_SECONDS": env.int("PAPERCLIP_RUNNER_STOP_CONFIRM_SECONDS", default=60),
     # Execution workspaces.
     "WORKSPACE_ROOT": env("PAPERCLIP_WORKSPACE_ROOT", default=str(VAR_DIR / "workspaces")),
     "WORKSPACE_RETENTION_SECONDS": env.int("PAPERCLIP_WORKSPACE_RETENTION_SECONDS", default=24 * 3600),
@@ -220,6 +223,13 @@ PAPERCLIP = {
     # addresses are refused unless listed here (host, host:port or CIDR); plain http only to loopback.
     "OUTBOUND_ALLOWED_HOSTS": env.list("PAPERCLIP_OUTBOUND_ALLOWED_HOSTS", default=[]),
     "OUTBOUND_ALLOW_HTTP": env.bool("PAPERCLIP_OUTBOUND_ALLOW_HTTP", default=False),
+    # Runner protocol transport (issues.runner): event batches, the command long-poll (a WSGI worker
+    # is held while it waits), and how long a run's revoked key may still re-deliver after its end.
+    "RUNNER_MAX_BATCH": env.int("PAPERCLIP_RUNNER_MAX_BATCH", default=100),
+    "RUNNER_MAX_BATCH_BYTES": env.int("PAPERCLIP_RUNNER_MAX_BATCH_BYTES", default=1024 * 1024),
+    "RUNNER_COMMAND_WAIT_SECONDS": env.int("PAPERCLIP_RUNNER_COMMAND_WAIT_SECONDS", default=25),
+    "RUNNER_COMMAND_POLL_SECONDS": 0.5,
+    "RUNNER_ACK_GRACE_SECONDS": env.int("PAPERCLIP_RUNNER_ACK_GRACE_SECONDS", default=600),
 }
 
 # Django refuses a larger body when it is read (RequestDataTooBig); the API answers 413 payload_too_large.

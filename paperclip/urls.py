@@ -7,6 +7,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path("api/runner/v1/", include("issues.api.urls_runner")),
     path("api/", include("cases.api.urls")),
     path("api/", include("connectors.api.urls")),
     path("api/", include("issues.api.urls")),

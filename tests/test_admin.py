@@ -32,6 +32,8 @@ from issues.models import (
     WorkProduct,
 )
 from issues.models import ApprovalComment, BoardApiKey, CostEvent, Label
+from issues.models import RunnerCommand, RunnerEvent, RunnerSession, RunnerSource
+from issues.runner.commands import command_issue
 from issues.models.agent import hash_key
 from issues.services.companies import agent_api_key_create
 from issues.services.issues import issue_create, relation_add
@@ -44,7 +46,7 @@ ALL_MODELS = [
     Company, Membership, Project, Goal, Agent, AgentApiKey, Issue, IssueRelation,
     Comment, Document, DocumentRevision, WorkProduct, Interaction, Approval, ApprovalIssue, HeartbeatRun,
     WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace, WorkflowDocumentCache, BoardApiKey, Label, CostEvent,
-    ApprovalComment,
+    ApprovalComment, RunnerSession, RunnerSource, RunnerEvent, RunnerCommand,
 ]
 
 
@@ -107,7 +109,15 @@ def world(db, admin_user):
                                     cost_cents=12, occurred_at=issue.created_at)
     approval_comment = ApprovalComment.objects.create(company=company, approval=approval, body="Looks fine",
                                                       author_user=admin_user)
-    return SimpleNamespace(run_event=run_event, workspace=workspace, board_key=board_key, label=label, cost=cost,
+    session = RunnerSession.objects.create(run=wakeup.run, company=company, protocol_version=2,
+                                           runner_instance_id="runner_1", capabilities={"steer": True})
+    source = RunnerSource.objects.create(run=wakeup.run, source_key="runner:runner_1", acked_seq=1)
+    runner_event = RunnerEvent.objects.create(
+        run=wakeup.run, position=1, source_key="runner:runner_1", source_event_id="event_1", source_seq=1,
+        event_type="session.started", digest="0" * 64, envelope={"eventType": "session.started"})
+    command = command_issue(session=session, command_type="run.prepare")
+    return SimpleNamespace(run_event=run_event, session=session, source=source, runner_event=runner_event,
+        command=command, workspace=workspace, board_key=board_key, label=label, cost=cost,
         approval_comment=approval_comment,
         workflow_cache=WorkflowDocumentCache.objects.get(project=project),
         company=company, membership=membership, project=project, goal=goal, agent=agent, key=key, raw_key=raw_key,
@@ -127,7 +137,8 @@ def objects_of(world):
         ApprovalIssue: world.approval_issue, HeartbeatRun: world.run, WakeupRequest: world.wakeup,
         ActivityLog: world.activity, RunEvent: world.run_event, ExecutionWorkspace: world.workspace,
         WorkflowDocumentCache: world.workflow_cache, BoardApiKey: world.board_key, Label: world.label,
-        CostEvent: world.cost, ApprovalComment: world.approval_comment,
+        CostEvent: world.cost, ApprovalComment: world.approval_comment, RunnerSession: world.session,
+        RunnerSource: world.source, RunnerEvent: world.runner_event, RunnerCommand: world.command,
     }
 
 

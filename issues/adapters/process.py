@@ -205,6 +205,12 @@ class ProcessAdapter(Adapter):
         return self._config_env(config)[1]
 
     # --- execution -------------------------------------------------------------------------------
+    def _stop_check(self, ctx: RunContext, now: float) -> tuple[str, str] | None:
+        """Polled while the process runs: ``(outcome, error)`` to end it now, or None. A stop
+        request or a run ended elsewhere ends it (the runner adapter overrides this)."""
+        stopped = run_stop_state(ctx.run.pk)
+        return (RunStatus.CANCELLED, stopped) if stopped else None
+
     def execute(self, ctx: RunContext) -> AdapterResult:
         from issues.services.runs import run_mark_running
 
@@ -310,9 +316,9 @@ class ProcessAdapter(Adapter):
                     outcome, error = RunStatus.TIMED_OUT, f"timed out after {ctx.timeout_seconds:g}s"
                 elif now >= next_poll:
                     next_poll = now + self.poll_interval
-                    stopped = run_stop_state(ctx.run.pk)
+                    stopped = self._stop_check(ctx, now)
                     if stopped:
-                        outcome, error = RunStatus.CANCELLED, stopped
+                        outcome, error = stopped
                     elif stall.stalled(state["last_output"], now):
                         outcome, error = RunStatus.TIMED_OUT, (f"stalled: no output or API activity for "
                                                                f"{stall.timeout:g}s")

@@ -6,11 +6,13 @@ from .base import Adapter, AdapterConfigError
 from .http import HttpAdapter
 from .none import NoneAdapter
 from .process import ProcessAdapter
+from .runner import RunnerAdapter
 
 ADAPTERS: dict[str, type[Adapter]] = {
     AdapterType.PROCESS: ProcessAdapter,
     AdapterType.HTTP: HttpAdapter,
     AdapterType.NONE: NoneAdapter,
+    AdapterType.RUNNER: RunnerAdapter,
 }
 
 

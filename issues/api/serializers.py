@@ -293,6 +293,21 @@ class RunSerializer(serializers.Serializer):
         return {"inputTokens": run.input_tokens, "outputTokens": run.output_tokens, "costCents": run.cost_cents}
 
 
+class RunDetailSerializer(RunSerializer):
+    """``GET /api/runs/{id}``: the run, plus ``runner`` for a run a PRP runner drives (else null)."""
+
+    runner = serializers.SerializerMethodField()
+
+    def get_runner(self, run) -> dict | None:
+        """The PRP session's projections: proposed result, terminal, the host's decision, usage,
+        session goal, credential revisions (never a secret) and activity counts."""
+        from issues.models import RunnerSession
+        from issues.runner.projections import runner_state
+
+        session = RunnerSession.objects.filter(pk=run.pk).first()
+        return runner_state(session) if session is not None else None
+
+
 class RunEventSerializer(serializers.Serializer):
     seq = serializers.IntegerField()
     kind = serializers.CharField()

@@ -316,9 +316,9 @@ class IssueRunStopView(APIView):
 
 
 class RunDetailView(APIView):
-    @extend_schema(responses={200: s.RunSerializer, **ERRORS}, operation_id="runs_retrieve")
+    @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS}, operation_id="runs_retrieve")
     def get(self, request, run_id):
-        return Response(s.RunSerializer(selectors.run_get(actor=actor_from_request(request), pk=run_id)).data)
+        return Response(s.RunDetailSerializer(selectors.run_get(actor=actor_from_request(request), pk=run_id)).data)
 
 
 class CompanyListView(APIView):

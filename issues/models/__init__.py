@@ -6,6 +6,7 @@ from .company import Company, Goal, Membership, Project
 from .costs import ApprovalComment, CostEvent, Label
 from .issue import Issue, IssueRelation
 from .run import ExecutionWorkspace, HeartbeatRun, RunEvent, WakeupRequest
+from .runner import RunnerCommand, RunnerEvent, RunnerSession, RunnerSource
 from .thread import Comment, Document, DocumentRevision, Interaction, WorkProduct
 from .workflow import WorkflowDocumentCache
 
@@ -32,6 +33,10 @@ __all__ = [
     "Membership",
     "Project",
     "RunEvent",
+    "RunnerCommand",
+    "RunnerEvent",
+    "RunnerSession",
+    "RunnerSource",
     "WakeupRequest",
     "WorkProduct",
     "WorkflowDocumentCache",

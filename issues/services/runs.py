@@ -180,7 +180,28 @@ def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
     return _request_stop(run, "budget_exceeded") if budget_reached else False
 
 
+def run_usage_add(run: HeartbeatRun, *, input_tokens: int = 0, output_tokens: int = 0, cost_cents: int = 0):
+    """Add a usage *delta* (not running totals, unlike _record_usage) to the run's totals, each
+    saturating at USAGE_MAX, in one UPDATE; the in-memory row follows. The caller writes the ledger
+    row (costs.ledger_record) and applies the budget stop (the PRP usage projection, issues.runner)."""
+    delta = {name: min(max(int(value), 0), USAGE_MAX) for name, value in
+             (("input_tokens", input_tokens), ("output_tokens", output_tokens), ("cost_cents", cost_cents))}
+    delta = {name: value for name, value in delta.items() if value}
+    if not delta:
+        return
+    HeartbeatRun.objects.filter(pk=run.pk).update(**{name: _saturating_add(name, v) for name, v in delta.items()})
+    for name, value in delta.items():
+        setattr(run, name, min(getattr(run, name) + value, USAGE_MAX))
+
+
 # --- stopping ---------------------------------------------------------------------------------
+# Adapters that stop a run over a channel of their own, by adapter_type: ``port(run, reason) -> bool``
+# is called with the run row locked and returns True when it took the stop over (the run then
+# ends when the adapter confirms, not at once). issues.runner registers "runner" in
+# IssuesConfig.ready: services never import the layer above them.
+STOP_PORTS: dict = {}
+
+
 def _request_stop(run: HeartbeatRun, reason: str) -> bool:
     """Mark the stop; the process adapter polling this row kills its process group. True when
     there is no process to signal (queued, or an external agent): the caller ends it directly."""
@@ -188,6 +209,9 @@ def _request_stop(run: HeartbeatRun, reason: str) -> bool:
     HeartbeatRun.objects.filter(pk=run.pk, stop_requested_at__isnull=True).update(
         stop_requested_at=now, stop_reason=reason, updated_at=now)
     run.stop_requested_at, run.stop_reason = run.stop_requested_at or now, run.stop_reason or reason
+    port = STOP_PORTS.get(run.adapter_type)
+    if port is not None and port(run, reason):
+        return False
     return run.status != RunStatus.RUNNING or not run.pid
 
 
@@ -286,7 +310,7 @@ def run_finish(*, run: HeartbeatRun, status: str, error: str = "", exit_code: in
         released += Issue.objects.filter(execution_run=run).exclude(pk__in=released).values_list("pk", flat=True)
         Issue.objects.filter(checkout_run=run).update(checkout_run=None, updated_at=now)
         Issue.objects.filter(execution_run=run).update(execution_run=None, execution_locked_at=None, updated_at=now)
-        run.api_keys.update(revoked_at=now)
+        run.api_keys.filter(revoked_at__isnull=True).update(revoked_at=now)  # an earlier revocation keeps its time
         activity_record(actor=actor, company_id=run.company_id, action="run.finished", entity_type="run",
                         entity_id=run.pk, run=run,
                         details={"status": status, "liveness": liveness, "error": error[:500],

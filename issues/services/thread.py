@@ -10,7 +10,7 @@ from issues import events
 from issues.actors import SYSTEM, Actor
 from issues.choices import AuthorType, DocumentFormat, InteractionKind, InteractionStatus, WakeSource
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, StaleRevision
-from issues.models import Comment, Document, DocumentRevision, Interaction, Issue
+from issues.models import Comment, Document, DocumentRevision, HeartbeatRun, Interaction, Issue
 
 from .activity import activity_record
 from .fences import ensure_may_change, ensure_owning_run
@@ -153,6 +153,8 @@ def interaction_create(*, actor: Actor, issue: Issue, kind: str, title: str, bod
                        document_revision_id=None) -> Interaction:
     if kind not in InteractionKind.values:
         raise InvalidInput(details={"kind": [f"'{kind}' is not one of {', '.join(InteractionKind.values)}."]})
+    if kind == InteractionKind.RUNTIME_REQUEST:
+        raise InvalidInput(details={"kind": ["Runtime requests come from a PRP runner's events only."]})
     if not title or not title.strip():
         raise InvalidInput(details={"title": ["This field may not be blank."]})
     with transaction.atomic():
@@ -184,6 +186,10 @@ RESPONSES = {
     InteractionKind.REQUEST_CONFIRMATION: (InteractionStatus.ACCEPTED, InteractionStatus.REJECTED),
     InteractionKind.ASK_QUESTION: (InteractionStatus.ANSWERED, InteractionStatus.REJECTED),
     InteractionKind.CHOOSE_TASKS: (InteractionStatus.ANSWERED, InteractionStatus.REJECTED),
+    # A runner's permission request is accepted (allow) or rejected (deny), a question answered or
+    # rejected; issues.runner.requests checks which fits the request (interaction_responded_atomic).
+    InteractionKind.RUNTIME_REQUEST: (InteractionStatus.ACCEPTED, InteractionStatus.REJECTED,
+                                      InteractionStatus.ANSWERED),
 }
 
 
@@ -197,6 +203,9 @@ def interaction_respond(*, actor: Actor, interaction: Interaction, status: str, 
     if status not in allowed:
         raise InvalidInput(details={"status": [f"Must be one of {', '.join(allowed)}."]})
     with transaction.atomic():
+        if interaction.kind == InteractionKind.RUNTIME_REQUEST and interaction.run_id:
+            # Its answer becomes a command of the run: lock order run -> interaction, as the intake's.
+            list(HeartbeatRun.objects.select_for_update().filter(pk=interaction.run_id).values_list("pk"))
         interaction = Interaction.objects.select_for_update(of=("self",)).select_related("document_revision__document").get(
             pk=interaction.pk)
         if interaction.status != InteractionStatus.PENDING:
@@ -223,8 +232,11 @@ def interaction_respond(*, actor: Actor, interaction: Interaction, status: str, 
             activity_record(actor=actor, company_id=interaction.company_id, action="interaction.responded",
                             entity_type="issue", entity_id=interaction.issue_id,
                             details={"interactionId": str(interaction.pk), "status": status})
-    # After the commit, and before an expiry is raised: the asking agent learns either outcome.
-    interaction_answered_wake(interaction)
+            events.interaction_responded_atomic.send(sender=None, interaction=interaction, actor=actor)
+    # After the commit, and before an expiry is raised: the asking agent learns either outcome (a
+    # runner's request is answered to the runner by its command instead, not by a new wake).
+    if interaction.kind != InteractionKind.RUNTIME_REQUEST:
+        interaction_answered_wake(interaction)
     if stale is not None:
         # Raised after commit: the expiry is kept, the acceptance is refused.
         raise StaleRevision("The document changed after this confirmation was requested.",

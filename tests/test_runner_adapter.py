@@ -1,0 +1,87 @@
+"""The runner adapter (issues.adapters.runner) with a real runner process talking PRP over real
+HTTP to the live server: the run ends with the runner's run.terminal, a runner that exits without
+one fails the run, one that lingers after its run ended is terminated."""
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from issues.adapters import get_adapter
+from issues.adapters.base import AdapterConfigError, prepare_context
+from issues.choices import RunStatus
+from issues.models import CostEvent, HeartbeatRun, RunnerCommand, RunnerEvent, RunnerSession
+from issues.services.runs import run_finish
+from tests.factories import AgentFactory, IssueFactory, RunFactory
+
+SCRIPT = str(Path(__file__).with_name("prp_script_runner.py"))
+
+
+def runner_agent_run(tmp_path, mode="complete", **config):
+    agent = AgentFactory(adapter_type="runner")
+    agent.adapter_config = {"command": [sys.executable, SCRIPT], "cwd": str(tmp_path),
+                            "env": {"PRP_SCRIPT_MODE": mode}, **config}
+    agent.save()
+    issue = IssueFactory(company=agent.company, assignee_agent=agent, title="Summarise the notes")
+    return RunFactory(agent=agent, issue=issue, company=agent.company, status="queued", adapter_type="runner")
+
+
+def execute(run, live_server):
+    ctx = prepare_context(run, owner="test-worker:1", api_url=f"{live_server.url}/api", timeout_seconds=60)
+    return get_adapter("runner").execute(ctx), ctx
+
+
+@pytest.mark.django_db
+def test_config_is_validated_like_the_process_adapters():
+    adapter = get_adapter("runner")
+    adapter.validate_config({"command": ["runner"], "cwd": "/srv"})
+    for bad in ({"command": "runner --x"}, {"command": ["runner"], "cwd": "relative/dir"},
+                {"command": ["runner"], "cwd": ""}):
+        with pytest.raises(AdapterConfigError):
+            adapter.validate_config(bad)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_ends_with_the_runners_terminal(live_server, tmp_path):
+    run = runner_agent_run(tmp_path)
+    result, ctx = execute(run, live_server)
+    run.refresh_from_db()
+    # The terminal ended the run (through the intake); the adapter reports that, not the exit.
+    assert run.status == RunStatus.SUCCEEDED and result.status == RunStatus.SUCCEEDED and result.exit_code == 0
+    assert run_finish(run=run, status=result.status).status == RunStatus.SUCCEEDED  # the caller's finish is a no-op
+    session = RunnerSession.objects.get(pk=run.pk)
+    assert session.protocol_version == 1 and session.terminal["runTerminalState"] == "succeeded"
+    assert session.decision["outcome"] == "unchanged"  # the issue was not checked out by this run
+    assert RunnerEvent.objects.filter(run=run).count() == 6
+    assert list(RunnerCommand.objects.filter(run=run).values_list("command_type", flat=True)) == [
+        "run.prepare", "session.open", "turn.start"]
+    prepare = RunnerCommand.objects.get(run=run, command_type="run.prepare")
+    assert prepare.envelope["payload"]["workspace"] == str(tmp_path)
+    assert prepare.envelope["payload"]["observeCredentials"] is True
+    assert "Summarise the notes" in RunnerCommand.objects.get(run=run, command_type="turn.start").envelope[
+        "payload"]["text"]
+    assert run.input_tokens == 100 and run.output_tokens == 20 and run.cost_cents == 2
+    assert CostEvent.objects.filter(run=run).count() == 1
+    assert run.result_summary.startswith("Read ") and run.result_status == "handoff"
+    # The run's key never reached the log.
+    key = ctx.env["PAPERCLIP_API_KEY"]
+    assert not run.events.filter(message__contains=key).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runner_that_exits_without_a_terminal_fails_the_run(live_server, tmp_path):
+    run = runner_agent_run(tmp_path, mode="no_terminal")
+    result, _ = execute(run, live_server)
+    assert result.status == RunStatus.FAILED and result.error == "runner exited without run.terminal"
+    assert HeartbeatRun.objects.get(pk=run.pk).status == RunStatus.RUNNING  # the caller ends it with the result
+    assert RunnerEvent.objects.filter(run=run).count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runner_lingering_after_its_run_ended_is_terminated(live_server, tmp_path):
+    run = runner_agent_run(tmp_path, mode="linger", grace_seconds=1)
+    started = time.monotonic()
+    result, _ = execute(run, live_server)
+    assert result.status == RunStatus.SUCCEEDED  # the run's own end, from its terminal
+    assert time.monotonic() - started < 60  # not the script's 600 s sleep
+    assert HeartbeatRun.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
