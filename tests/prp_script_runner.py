@@ -2,8 +2,9 @@
 reads the host's first commands, posts a short session as events and exits.
 
 PRP_SCRIPT_MODE: ``complete`` (default: a session ending with run.result.proposed and
-run.terminal), ``no_terminal`` (the same without the terminal: the host must fail the run), or
-``linger`` (the full session, then the process stays alive: the host terminates it).
+run.terminal), ``no_terminal`` (the same without the terminal: the host must fail the run),
+``linger`` (the full session, then the process stays alive: the host terminates it), or
+``await_cancel`` (no terminal until the host sends run.cancel; then a cancelled terminal, exit 0).
 Standard library + httpx only; everything it knows comes from the environment the adapter gives it.
 """
 import os
@@ -49,7 +50,7 @@ def main():
     events = [envelope(1, "session.started"), envelope(2, "turn.started", turnId="t1"),
               envelope(3, "usage.reported", usage), envelope(4, "run.result.proposed", result),
               envelope(5, "turn.completed", turnId="t1")]
-    if MODE != "no_terminal":
+    if MODE not in ("no_terminal", "await_cancel"):
         events.append(envelope(6, "run.terminal", {"schema": "paperclip.prp.terminal.v1",
                                                    "turnTerminalState": "completed", "runTerminalState": "succeeded",
                                                    "reportedWorkDisposition": "needs_review"}))
@@ -58,7 +59,27 @@ def main():
     print(f"script runner: acked {ack.json()['ackedSourceSeq']}", flush=True)
     if MODE == "linger":
         time.sleep(600)
+    if MODE == "await_cancel":
+        return await_cancel(client, commands[-1]["controllerSeq"])
     return 0
+
+
+def await_cancel(client, after: int) -> int:
+    """Long-poll the command lane until run.cancel; confirm it with the terminal."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        offered = client.get("commands", params={"afterSeq": after, "wait": 5}).json()["commands"]
+        for command in offered:
+            after = command["controllerSeq"]
+            if command["type"] == "run.cancel":
+                client.post(f"commands/{command['commandId']}/result", json={"status": "succeeded"})
+                ack = client.post("events", json={"events": [envelope(6, "run.terminal", {
+                    "schema": "paperclip.prp.terminal.v1", "turnTerminalState": "cancelled",
+                    "runTerminalState": "cancelled", "reportedWorkDisposition": "yielded"})]})
+                ack.raise_for_status()
+                print("script runner: cancelled on request", flush=True)
+                return 0
+    return 3
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 HTTP to the live server: the run ends with the runner's run.terminal, a runner that exits without
 one fails the run, one that lingers after its run ended is terminated."""
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,3 +86,88 @@ def test_a_runner_lingering_after_its_run_ended_is_terminated(live_server, tmp_p
     assert result.status == RunStatus.SUCCEEDED  # the run's own end, from its terminal
     assert time.monotonic() - started < 60  # not the script's 600 s sleep
     assert HeartbeatRun.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_request_goes_through_the_command_lane_and_does_not_kill_the_runner(live_server, tmp_path):
+    """A board cancel of a runner run that said hello is run.cancel, not a kill: the runner keeps
+    running, confirms with its terminal and exits by itself (exit code 0)."""
+    from django.db import connection
+
+    from issues.actors import Actor
+    from issues.services.runs import run_cancel
+    from tests.factories import MembershipFactory
+
+    run = runner_agent_run(tmp_path, mode="await_cancel")
+    outcome = {}
+
+    def work():
+        try:
+            outcome["result"], _ = execute(run, live_server)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60  # wait for the runner's events, not for a fixed time
+        while RunnerEvent.objects.filter(run=run).count() < 5 and time.monotonic() < deadline and worker.is_alive():
+            time.sleep(0.05)
+        assert RunnerEvent.objects.filter(run=run).count() == 5
+        board = Actor(user=MembershipFactory(company=run.company).user)
+        assert run_cancel(actor=board, run=run).status == RunStatus.RUNNING  # waits for the confirmation
+    finally:
+        worker.join(90)
+    result = outcome["result"]
+    assert result.status == RunStatus.CANCELLED and result.exit_code == 0
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.stop_reason == "board_cancel"
+    stop = RunnerCommand.objects.get(run=run, command_type="run.cancel")
+    assert stop.status == "succeeded" and stop.confirm_by is None
+    assert not run.events.filter(message__contains="terminating process group").exists()
+
+
+# --- the first commands (issues.runner.launch) ------------------------------------------------------------
+@pytest.mark.django_db
+def test_the_first_commands_are_issued_once_and_validate():
+    from issues.runner import contract, launch
+    from issues.runner.negotiation import runner_hello
+    from tests.runner_helpers import capabilities, hello_body, runner_run
+
+    agent = AgentFactory(adapter_type="runner", adapter_config={"command": ["r"], "cwd": "/srv/work"})
+    issue = IssueFactory(company=agent.company, assignee_agent=agent, title="Write the changelog")
+    run, _key = runner_run(agent=agent, issue=issue)
+    runner_hello(run=run, body=hello_body(2, 2, caps=capabilities(2, sessionReusePolicy="reuse_per_issue")))
+    commands = list(RunnerCommand.objects.filter(run=run))
+    assert [(c.controller_seq, c.command_type) for c in commands] == [
+        (1, "run.prepare"), (2, "session.open"), (3, "turn.start")]
+    for command in commands:
+        contract.validate_command(command.envelope, protocol_version=2)
+    assert commands[0].envelope["payload"] == {"workspace": "/srv/work", "observeCredentials": True,
+                                               "issueId": str(issue.pk)}
+    assert commands[1].envelope["payload"] == {"reuse": "reuse_per_issue"}
+    assert "Write the changelog" in commands[2].envelope["payload"]["text"]
+    # Idempotent: a re-hello (runner restart) or a second call issues nothing.
+    runner_hello(run=run, body=hello_body(2, 2))
+    assert launch.issue_initial_commands(RunnerSession.objects.get(pk=run.pk)) == []
+    assert RunnerCommand.objects.filter(run=run).count() == 3
+
+
+@pytest.mark.django_db
+def test_no_first_commands_before_hello_or_for_an_ended_run():
+    from issues.runner import launch
+    from tests.runner_helpers import runner_run
+
+    run, _key = runner_run()
+    session = RunnerSession.objects.create(run=run, company=run.company)
+    assert launch.issue_initial_commands(session) == []  # no hello yet
+    HeartbeatRun.objects.filter(pk=run.pk).update(status="succeeded", finished_at=run.created_at)
+    RunnerSession.objects.filter(pk=run.pk).update(protocol_version=1, hello_at=run.created_at)
+    assert launch.issue_initial_commands(RunnerSession.objects.get(pk=run.pk)) == []
+    assert not RunnerCommand.objects.filter(run=run).exists()
+    # Without an issue or a workspace: an empty workspace, no issueId, the default reuse policy.
+    run2, _ = runner_run()
+    RunnerSession.objects.create(run=run2, company=run2.company, protocol_version=1, hello_at=run2.created_at)
+    [prepare, opened, _turn] = launch.issue_initial_commands(RunnerSession.objects.get(pk=run2.pk))
+    assert prepare.envelope["payload"] == {"workspace": "", "observeCredentials": True}
+    assert opened.envelope["payload"] == {"reuse": "new_per_run"}
