@@ -18,26 +18,16 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
+from issues.api.auth import LAST_USED_RESOLUTION, bearer_token
 from issues.choices import LIVE_RUN_STATUSES, AgentStatus
 from issues.exceptions import Forbidden, NotFound
 from issues.models import AgentApiKey
 from issues.models.agent import hash_key
 from issues.models.board_key import BOARD_KEY_PREFIX
 
-LAST_USED_RESOLUTION = timedelta(minutes=1)  # as issues.api.auth: bookkeeping, not a write per request
-
 
 def _runner_key_required():
     return Forbidden("The runner API takes the run's own run-scoped key only.", code="runner_key_required")
-
-
-def _bearer(request) -> str | None:
-    header = authentication.get_authorization_header(request).decode("latin-1").split()
-    if not header or header[0].lower() != "bearer":
-        return None
-    if len(header) != 2:
-        raise exceptions.AuthenticationFailed("Malformed Authorization header.")
-    return header[1]
 
 
 def grace_seconds() -> int:
@@ -57,7 +47,7 @@ class RunnerKeyAuthentication(authentication.BaseAuthentication):
     run's id is a 404, like any object the caller may not see)."""
 
     def authenticate(self, request):
-        token = _bearer(request)
+        token = bearer_token(request)
         if token is None:
             return None  # -> 401 (NotAuthenticated, with WWW-Authenticate)
         if token.startswith(BOARD_KEY_PREFIX):
