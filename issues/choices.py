@@ -46,6 +46,11 @@ class AdapterType(models.TextChoices):
     HTTP = "http"
     NONE = "none"
     RUNNER = "runner"  # a Paperclip Runner Protocol runner drives the run (issues.runner)
+    PRP = "prp"  # the reference runner (prp_runner) drives the run, or one the operator attaches
+
+
+# Runs that end with their runner's run.terminal and are stopped over the PRP command lane.
+PROTOCOL_ADAPTER_TYPES = (AdapterType.RUNNER, AdapterType.PRP)
 
 
 class IssueStatus(models.TextChoices):

@@ -230,6 +230,8 @@ PAPERCLIP = {
     "RUNNER_COMMAND_WAIT_SECONDS": env.int("PAPERCLIP_RUNNER_COMMAND_WAIT_SECONDS", default=25),
     "RUNNER_COMMAND_POLL_SECONDS": 0.5,
     "RUNNER_ACK_GRACE_SECONDS": env.int("PAPERCLIP_RUNNER_ACK_GRACE_SECONDS", default=600),
+    # The reference runner's durable outboxes (one SQLite file per run) for agents of adapter "prp".
+    "RUNNER_OUTBOX_DIR": env("PAPERCLIP_RUNNER_OUTBOX_DIR", default=str(VAR_DIR / "runner-outbox")),
 }
 
 # Django refuses a larger body when it is read (RequestDataTooBig); the API answers 413 payload_too_large.

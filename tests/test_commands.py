@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
-from issues.models import ActivityLog, Company, Membership
+from issues.models import ActivityLog, Agent, Company, Issue, Membership, WakeupRequest
 from tests.factories import UserFactory
 
 
@@ -41,6 +41,11 @@ def test_seed_demo_is_repeatable_and_prints_a_login(db, monkeypatch):
     call_command("seed_demo", stdout=second)
     assert Company.objects.filter(issue_prefix="DEMO").count() == 1
     assert "password:" in second.getvalue()
+    # Hopper runs the example agent through the reference PRP runner, woken once for its task.
+    [hopper] = Agent.objects.filter(company__issue_prefix="DEMO", name="Hopper")
+    assert hopper.adapter_type == "prp" and hopper.adapter_config["harness"] == "process"
+    assert list(Issue.objects.filter(assignee_agent=hopper).values_list("title", flat=True)) == ["Tidy the changelog"]
+    assert WakeupRequest.objects.filter(agent=hopper).count() == 1
     client = APIClient()
     password = second.getvalue().split("password: ")[1].split()[0]
     assert client.login(username="admin", password=password)

@@ -492,6 +492,18 @@ def test_admin_edits_the_adapter_config(world):
     assert audit(world.company, "agent.adapter_updated").details["changes"] == ["adapter_config", "adapter_type"]
 
 
+def test_admin_points_an_agent_at_the_reference_runner(world):
+    client = world.client("admin")
+    url = reverse("console:agent-adapter", args=[world.agent.pk])
+    refused = client.post(url, {"adapter_type": "prp", "adapter_config": '{"harness": "fake", "script": "/etc/passwd"}'})
+    assert refused.status_code == 400 and "adapter_config.script must name a bundled fake-harness script" in text(refused)
+    assert "/etc/passwd" in text(refused)  # the input is kept in the form
+    good = client.post(url, {"adapter_type": "prp", "adapter_config": '{"harness": "fake", "script": "happy-path"}'})
+    assert good.status_code == 302
+    world.agent.refresh_from_db()
+    assert world.agent.adapter_type == "prp" and world.agent.adapter_config["script"] == "happy-path"
+
+
 # --- htmx fragments and lists --------------------------------------------------------------------------------
 
 

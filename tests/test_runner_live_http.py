@@ -77,7 +77,8 @@ def test_a_runner_conversation_over_http(live_server):
         hello = client.post(f"/runs/{run.pk}/hello", json=hello_body(1, 3, identity={"normalizedSessionId": "s"}))
         assert hello.status_code == 200, hello.text
         assert hello.json() == {"protocolVersion": 2, "capabilities": capabilities(2), "sources": {},
-                                "controllerSeq": 3, "supportedVersions": [1, 2]}  # 3 initial commands
+                                "controllerSeq": 3, "supportedVersions": [1, 2],  # 3 initial commands
+                                "limits": {"maxBatchEvents": 100, "maxBatchBytes": 1024 * 1024}}
 
         def post(batch):
             return client.post(f"/runs/{run.pk}/events", json={"events": batch})

@@ -162,6 +162,17 @@ def test_a_batch_of_usage_is_one_ledger_row_per_provider_and_model(prp):
     assert prp.refresh().cost_cents == 51
 
 
+def test_absurd_usage_saturates_instead_of_wedging_the_run(prp):
+    """The schema sets no maximum; a count past the ledger's 64-bit columns must not turn every
+    redelivery of the batch into a 500 (it would never be acknowledged)."""
+    huge = measurement(inputTokens=10**20, outputTokens=10**20, providerCostUsd=1e17)
+    ack = prp.send(prp.ev("usage.reported", usage(huge, huge)), prp.ev("usage.reported", usage(huge, huge)))
+    assert ack["accepted"] == 2
+    run = prp.refresh()
+    assert run.input_tokens == run.output_tokens == run.cost_cents == 2**63 - 1
+    assert max(CostEvent.objects.filter(run=run).values_list("input_tokens", flat=True)) == 2**63 - 1
+
+
 def test_the_budget_hard_stop_is_run_cancel_over_the_command_lane(db):
     prp = make_runner(budget=100)
     prp.send(prp.ev("usage.reported", usage(measurement(), measurement(inputTokens=1, providerCostUsd=1.5))))

@@ -92,6 +92,15 @@ def test_a_repeated_request_id_is_the_same_interaction(prp):
     assert RunEvent.objects.filter(run=run, message__contains="already asked").exists()
 
 
+def test_a_run_asks_at_most_its_cap_of_questions(prp, monkeypatch):
+    run, session, _ = prp
+    monkeypatch.setattr(requests, "MAX_REQUESTS_PER_RUN", 3)
+    asked = [created(run, session, {**PERMISSION, "requestId": f"req_{i}"}) for i in range(5)]
+    assert [a is not None for a in asked] == [True, True, True, False, False]
+    assert Interaction.objects.filter(run=run).count() == 3
+    assert RunEvent.objects.filter(run=run, message__contains="at most 3 per run").count() == 2
+
+
 def test_a_run_without_an_issue_keeps_the_request_on_the_session(db):
     run, _key = runner_run()
     session = RunnerSession.objects.create(run=run, company=run.company, protocol_version=1, hello_at=timezone.now())

@@ -1,6 +1,7 @@
 """The PRP transport, in process: runner credentials, hello negotiation, the event intake's
 delivery rules (duplicates, conflicts, gaps, out-of-order, cumulative ACK), batch limits, a query
 count constant in the batch size, and the command lane (offer order, results idempotent)."""
+import json
 from datetime import timedelta
 
 import pytest
@@ -147,6 +148,7 @@ def test_hello_selects_the_highest_mutual_version(client, run, low, high, versio
     body = say_hello(client, run, low, high, caps=capabilities(version), identity=identity)
     assert body["protocolVersion"] == expected
     assert body["supportedVersions"] == [1, 2]
+    assert body["limits"] == {"maxBatchEvents": 100, "maxBatchBytes": 1024 * 1024}  # what a runner splits by
     # The run's first commands are durable as soon as the version is selected.
     assert body["sources"] == {} and body["controllerSeq"] == 3
     assert list(RunnerCommand.objects.filter(run=run).values_list("controller_seq", "command_type")) == [
@@ -225,10 +227,19 @@ def test_a_batch_is_committed_logged_and_acknowledged(ready, client):
     log = list(RunEvent.objects.filter(run=run, kind=RunEventKind.RUNNER).order_by("seq"))
     assert [e.data for e in log] == [{"sourceKey": SRC, "sourceEventId": f"runner_test-{i}", "sourceSeq": i,
                                       "eventType": "runtime.phase.changed"} for i in (1, 2, 3)]
+    assert log[0].message == f"runtime.phase.changed ({SRC} #1)"
     run.refresh_from_db()
     assert run.last_activity_at >= before and run.last_heartbeat_at >= before
     assert run.event_seq == RunEvent.objects.filter(run=run).count()
     assert RunnerSession.objects.get(pk=run.pk).event_count == 3
+
+
+def test_the_run_log_line_carries_the_events_first_words(ready, client):
+    line = {"kind": "log", "stream": "stderr", "text": "scripted   harness\nfailure " + "x" * 400}
+    post_events(client, ready, [envelope(1, "item.delta", line, run=ready, itemId="log-stderr")])
+    [entry] = RunEvent.objects.filter(run=ready, kind=RunEventKind.RUNNER)
+    assert entry.message.startswith(f"item.delta ({SRC} #1): scripted harness failure xxx")
+    assert len(entry.message) <= 300
 
 
 def test_duplicates_are_reacknowledged_without_a_second_effect(ready, client):
@@ -423,7 +434,10 @@ RUNNER_ROUTE_CASES = {
 def test_every_runner_route_is_404_for_another_companys_run(run, client):
     from tests.test_cross_company import api_routes
 
-    assert {r for r in api_routes() if (r[0] or "").startswith("runner-")} == set(RUNNER_ROUTE_CASES)
+    # runner-attach names no run (the agent's own key asks for its next run; another company's run
+    # is never offered: tests/test_prp_adapter.py).
+    assert {r for r in api_routes() if (r[0] or "").startswith("runner-") and r[0] != "runner-attach"} == set(
+        RUNNER_ROUTE_CASES)
     foreign, foreign_key = runner_run()
     foreign_client = runner_client(foreign_key)
     say_hello(foreign_client, foreign, 1, 1)
@@ -442,3 +456,26 @@ def test_every_runner_route_is_404_for_another_companys_run(run, client):
              RunnerSession.objects.values_list("hello_at", "event_count").get(pk=foreign.pk),
              list(RunnerCommand.objects.filter(run=foreign).values_list("status", "result")))
     assert after == before
+
+
+def test_hello_answers_the_configured_batch_limits(client, run, settings):
+    settings.PAPERCLIP = {**settings.PAPERCLIP, "RUNNER_MAX_BATCH": 7, "RUNNER_MAX_BATCH_BYTES": 4096}
+    assert say_hello(client, run, 1, 1)["limits"] == {"maxBatchEvents": 7, "maxBatchBytes": 4096}
+    too_many = post_events(client, run, envelopes(1, 8, run=run))
+    assert_error(too_many, 413, "batch_too_large")
+
+
+
+def test_unstorable_text_in_a_result_or_a_hello_is_a_400_not_a_500(ready, client):
+    """A lone surrogate parses as JSON but cannot be stored (PostgreSQL's jsonb refuses it)."""
+    command = issue(ready, "turn.interrupt")
+    url = runner_url(ready, f"commands/{command.command_id}/result")
+    bad = '{"status": "succeeded", "result": {"note": "\\ud800"}}'
+    error = assert_error(client.post(url, bad, content_type="application/json"), 400, "schema_invalid")
+    assert error["details"]["field"] == "$.result.note"
+    command.refresh_from_db()
+    assert not command.result_digest and command.result is None
+    hello = json.dumps(hello_body(1, 1, identity={"normalizedSessionId": "s1"})).replace('"s1"', '"\\ud800"')
+    error = assert_error(client.post(runner_url(ready, "hello"), hello, content_type="application/json"), 400,
+                         "schema_invalid")
+    assert error["details"]["field"] == "$.identity.normalizedSessionId"

@@ -69,9 +69,13 @@ class RunContext:
     wake: object | None = None
     # Removes the run's temporary files (the task packet of a run without a workspace).
     cleanup: object | None = field(default=None, repr=False)
+    # An adapter that delegates to another hands it a config of its own (issues.adapters.prp).
+    config_override: dict | None = field(default=None, repr=False)
 
     @property
     def config(self) -> dict:
+        if self.config_override is not None:
+            return self.config_override
         return self.agent.adapter_config or {}
 
     def release(self):

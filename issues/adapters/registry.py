@@ -6,6 +6,7 @@ from .base import Adapter, AdapterConfigError
 from .http import HttpAdapter
 from .none import NoneAdapter
 from .process import ProcessAdapter
+from .prp import PrpAdapter
 from .runner import RunnerAdapter
 
 ADAPTERS: dict[str, type[Adapter]] = {
@@ -13,6 +14,7 @@ ADAPTERS: dict[str, type[Adapter]] = {
     AdapterType.HTTP: HttpAdapter,
     AdapterType.NONE: NoneAdapter,
     AdapterType.RUNNER: RunnerAdapter,
+    AdapterType.PRP: PrpAdapter,
 }
 
 

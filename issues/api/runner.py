@@ -12,7 +12,8 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from issues.runner import intake, negotiation, offers
+from issues.api.auth import AgentKeyAuthentication
+from issues.runner import attach, intake, negotiation, offers
 from issues.runner.auth import RunnerKeyAuthentication, runner_key_run
 
 from .serializers import ErrorSerializer
@@ -35,6 +36,8 @@ class HelloResultSerializer(serializers.Serializer):
     sources = serializers.DictField(child=serializers.IntegerField(), help_text="sourceKey -> ackedSourceSeq")
     controllerSeq = serializers.IntegerField(help_text="The last command issued.")
     supportedVersions = serializers.ListField(child=serializers.IntegerField())
+    limits = serializers.DictField(child=serializers.IntegerField(),
+                                   help_text="maxBatchEvents and maxBatchBytes: what one events request may carry.")
 
 
 class EventBatchSerializer(serializers.Serializer):
@@ -144,3 +147,30 @@ class RunnerCommandResultView(RunnerView):
     def post(self, request, run_id, command_id):
         run = runner_key_run(request, run_id)
         return Response(offers.runner_command_result(run=run, command_id=command_id, body=request.data))
+
+
+class AttachSerializer(serializers.Serializer):
+    runId = serializers.UUIDField()
+    runnerUrl = serializers.URLField(help_text="Where the runner says hello: <api>/api/runner/v1/runs/<runId>/.")
+    apiKey = serializers.CharField(help_text="The run-scoped key (shown once; revoked when the run ends).")
+    env = serializers.DictField(child=serializers.CharField(), help_text="The agent environment (PAPERCLIP_*) "
+                                                                         "for the harness's command.")
+
+
+class RunnerAttachView(APIView):
+    """A runner outside the host asks for the agent's next external ``prp`` run."""
+
+    authentication_classes = [AgentKeyAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=None, responses={200: AttachSerializer, 204: None, **ERRORS}, operation_id="runner_attach",
+                   description="With the agent's long-lived key: claims the agent's oldest running run whose "
+                               "adapter is `prp` with `launch: \"external\"` and no runner yet, and answers its "
+                               "run-scoped key and runner URL (204 when no run waits). A run-scoped key is 403 "
+                               "`agent_key_required`.")
+    def post(self, request):
+        if request.auth.run_id is not None:
+            raise attach.agent_key_required()
+        claimed = attach.runner_attach(agent=request.user)
+        return Response(claimed) if claimed else Response(status=204)
+

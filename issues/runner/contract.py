@@ -477,6 +477,12 @@ def _scan(node, path, free_form=(), check_root=False):
             raise _invalid(where, "NaN and Infinity are not JSON numbers.")
 
 
+def check_storable(doc, at: str = "$") -> None:
+    """Only the storage rules (no NUL, no unpaired surrogate, finite numbers), for free-form
+    runner documents the host keeps without a schema: hello identity, command results."""
+    _scan(doc, at, free_form=tuple(doc) if isinstance(doc, dict) else ())
+
+
 def _check_nested_schema(contract, obj, name, where):
     """A nested ``schema`` of a PRP family (``paperclip.prp.terminal.v*``…) must be a known one, and its
     ``schemaVersion`` (where the family has one) a known version; other ``schema`` strings are data."""

@@ -25,8 +25,8 @@ from issues import events
 from issues.actors import SYSTEM
 from issues.choices import (
     LIVE_RUN_STATUSES,
+    PROTOCOL_ADAPTER_TYPES,
     RUNNER_COMMAND_OPEN,
-    AdapterType,
     RunEventKind,
     RunLiveness,
     RunnerCommandStatus,
@@ -148,7 +148,7 @@ def _expire(command_pk, run_id, now) -> bool:
 def _settle_stops(sender, run, **kwargs):
     """run_finished_atomic: the run ended, so its waiting stops are settled. Ended by its
     run.terminal, an open stop is confirmed (succeeded); ended any other way it expired."""
-    if run.adapter_type != AdapterType.RUNNER:
+    if run.adapter_type not in PROTOCOL_ADAPTER_TYPES:
         return
     waiting = RunnerCommand.objects.filter(run_id=run.pk, confirm_by__isnull=False)
     if not waiting.exists():
@@ -214,8 +214,9 @@ def _sweep(sender, now, **kwargs):
 
 
 def connect():
-    """IssuesConfig.ready: the stop port for "runner" runs, stop expiry on the periodic sweep (Celery
+    """IssuesConfig.ready: the stop port for "runner" and "prp" runs, stop expiry on the periodic sweep (Celery
     beat and the embedded worker alike), and stop settlement when a runner run ends."""
-    run_services.STOP_PORTS[AdapterType.RUNNER] = _stop_port
+    for adapter_type in PROTOCOL_ADAPTER_TYPES:
+        run_services.STOP_PORTS[adapter_type] = _stop_port
     events.sweep_ticked.connect(_sweep, dispatch_uid="issues.runner.stops_expire")
     events.run_finished_atomic.connect(_settle_stops, dispatch_uid="issues.runner.stops_settle")

@@ -17,7 +17,6 @@ locks are taken.
 """
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
@@ -28,15 +27,7 @@ from issues.exceptions import ApiError, Conflict, InvalidInput
 from issues.models import HeartbeatRun, RunEvent, RunnerEvent, RunnerSession, RunnerSource
 
 from . import contract, projections
-from .negotiation import contract_error, hello_required, lock_run, lock_session, run_not_live
-
-
-def max_batch() -> int:
-    return int(settings.PAPERCLIP.get("RUNNER_MAX_BATCH", 100))
-
-
-def max_batch_bytes() -> int:
-    return int(settings.PAPERCLIP.get("RUNNER_MAX_BATCH_BYTES", 1024 * 1024))
+from .negotiation import contract_error, hello_required, lock_run, lock_session, max_batch, max_batch_bytes, run_not_live
 
 
 def batch_too_large(count: int) -> ApiError:
@@ -143,8 +134,18 @@ def _ack_body(events, plan: _Plan) -> dict:
     return body
 
 
+_SHOWN_TEXT = ("text", "message", "summary", "prompt")
+
+
 def _summary(env: dict, key: str) -> str:
-    return f"{env['eventType']} ({key} #{env['sourceSeq']})"[:300]
+    """The run-log line of an event: its type and source, and the first words it carries (a log
+    line, a diagnostic, a result's summary) so the run page reads like a log."""
+    line = f"{env['eventType']} ({key} #{env['sourceSeq']})"
+    payload = env.get("payload") if isinstance(env.get("payload"), dict) else {}
+    text = next((payload[k] for k in _SHOWN_TEXT if isinstance(payload.get(k), str) and payload[k].strip()), "")
+    if text:
+        line += ": " + " ".join(text.split())[:240]
+    return line[:300]
 
 
 def _store(run: HeartbeatRun, session: RunnerSession, plan: _Plan, old_cursors: dict, now) -> list[RunnerEvent]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -30,6 +31,19 @@ _CAPS_SCHEMA = re.compile(r"^paperclip\.prp\.capabilities\.v(\d+)$")
 
 
 # --- shared by negotiation, intake and offers -------------------------------------------------
+def max_batch() -> int:
+    return int(settings.PAPERCLIP.get("RUNNER_MAX_BATCH", 100))
+
+
+def max_batch_bytes() -> int:
+    return int(settings.PAPERCLIP.get("RUNNER_MAX_BATCH_BYTES", 1024 * 1024))
+
+
+def batch_limits() -> dict:
+    """What one events request may carry (answered in hello, so a runner splits its frames)."""
+    return {"maxBatchEvents": max_batch(), "maxBatchBytes": max_batch_bytes()}
+
+
 def lock_run(run_id) -> HeartbeatRun:
     """The run row, locked (first in the lock order). Call inside ``transaction.atomic``."""
     return HeartbeatRun.objects.select_for_update().get(pk=run_id)
@@ -90,6 +104,10 @@ def _parse_hello(body) -> dict:
         errors["identity"] = ["Must be an object."]
     if errors:
         raise InvalidInput(details=errors)
+    try:
+        contract.check_storable({"runnerInstanceId": instance, "identity": identity})
+    except contract.ContractError as err:
+        raise InvalidInput(err.message, code=err.code, details=err.as_details()) from None
     return {"low": low, "high": high, "instance": instance, "capabilities": body["capabilities"],
             "identity": identity}
 
@@ -165,7 +183,7 @@ def runner_hello(*, run: HeartbeatRun, body) -> dict:
             launch.issue_initial_commands(session)
             outcome = {"protocolVersion": version, "capabilities": session.capabilities,
                        "sources": source_cursors(run), "controllerSeq": session.controller_seq,
-                       "supportedVersions": list(contract.SUPPORTED_VERSIONS)}
+                       "supportedVersions": list(contract.SUPPORTED_VERSIONS), "limits": batch_limits()}
     if isinstance(outcome, ApiError):
         raise outcome
     return outcome

@@ -112,6 +112,10 @@ def _parse_result(body) -> dict:
             errors[name] = ["Must be an object."]
     if errors:
         raise InvalidInput(details=errors)
+    try:
+        contract.check_storable(body)
+    except contract.ContractError as err:
+        raise InvalidInput(err.message, code=err.code, details=err.as_details()) from None
     return body
 
 
@@ -148,7 +152,8 @@ def runner_command_result(*, run: HeartbeatRun, command_id: str, body) -> dict:
             return result_body(command, duplicate=True)
         now = timezone.now()
         command.result, command.result_digest, command.result_at = body, dig, now
-        if command.status != RunnerCommandStatus.EXPIRED:  # the host already gave up on it and acted
+        # A stop the host already settled (expired, or confirmed by the run's end) keeps the host's word.
+        if command.status != RunnerCommandStatus.EXPIRED and command.status not in RESULT_STATUSES:
             command.status = body["status"]
         command.save(update_fields=["result", "result_digest", "result_at", "status"])
         run_append_event(run_id=run.pk, kind=RunEventKind.SYSTEM,

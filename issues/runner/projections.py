@@ -56,6 +56,8 @@ MAX_ACTIVITY_KEYS = 1000  # distinct namespace/activityKey pairs kept per run (l
 MAX_CREDENTIAL_BINDINGS = 100
 MAX_IGNORED_IDS = 100  # ids kept in session.decision's ignored lists (the log keeps every one)
 COST_PLACES = Decimal("0.000000001")
+USD_MAX = Decimal(run_services.USAGE_MAX) / 100  # the most the ledger can charge, in dollars
+USAGE_MAX = run_services.USAGE_MAX
 
 
 def _payload(event: RunnerEvent) -> dict:
@@ -64,7 +66,12 @@ def _payload(event: RunnerEvent) -> dict:
 
 
 def _int(value) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A count from the runner; the schema sets no maximum, the ledger's columns do (saturate)."""
+    return min(value, USAGE_MAX) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _sum(a: int, b: int) -> int:
+    return min(a + b, USAGE_MAX)
 
 
 def _usd(value) -> Decimal:
@@ -72,7 +79,7 @@ def _usd(value) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         return Decimal(0)
     try:
-        return Decimal(repr(value)).quantize(COST_PLACES)
+        return min(Decimal(repr(value)), USD_MAX).quantize(COST_PLACES)
     except InvalidOperation:
         return Decimal(0)
 
@@ -124,10 +131,10 @@ class _Batch:
             usage["runDeltaReports"] = int(usage.get("runDeltaReports") or 0) + 1
             key = (str(payload.get("provider") or "unknown")[:100], str(payload.get("model") or "")[:200])
             total = self.usage.setdefault(key, {"input": 0, "output": 0, "cached": 0, "usd": Decimal(0)})
-            total["input"] += _int(delta.get("inputTokens"))
-            total["output"] += _int(delta.get("outputTokens"))
-            total["cached"] += _int(delta.get("cacheReadTokens"))
-            total["usd"] += _usd(delta.get("providerCostUsd"))
+            total["input"] = _sum(total["input"], _int(delta.get("inputTokens")))
+            total["output"] = _sum(total["output"], _int(delta.get("outputTokens")))
+            total["cached"] = _sum(total["cached"], _int(delta.get("cacheReadTokens")))
+            total["usd"] = min(total["usd"] + _usd(delta.get("providerCostUsd")), USD_MAX)
         session.usage = usage
         self.touch("usage")
 
@@ -221,9 +228,9 @@ class _Batch:
         for (provider, model), total in self.usage.items():
             key = f"{provider}/{model}"
             mark = charged.get(key) if isinstance(charged.get(key), dict) else {"costUsd": "0", "cents": 0}
-            usd = Decimal(str(mark.get("costUsd") or "0")) + total["usd"]
+            usd = min(Decimal(str(mark.get("costUsd") or "0")) + total["usd"], USD_MAX)
             cents = max(int((usd * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP)) - int(mark.get("cents") or 0), 0)
-            charged[key] = {"costUsd": str(usd), "cents": int(mark.get("cents") or 0) + cents}
+            charged[key] = {"costUsd": str(usd), "cents": _sum(int(mark.get("cents") or 0), cents)}
             if not (cents or total["input"] or total["output"] or total["cached"]):
                 continue
             run_services.run_usage_add(run, input_tokens=total["input"], output_tokens=total["output"],

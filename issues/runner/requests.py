@@ -25,8 +25,6 @@ response says ``"delivery": "not_delivered"`` and the run log says why.
 """
 from __future__ import annotations
 
-import re
-
 from django.utils import timezone
 
 from issues import events
@@ -41,6 +39,8 @@ from .commands import command_issue
 from .host_control import log
 
 CREATED = "runtime_request.created"
+# A runner cannot flood an issue with questions: later requests are logged, not asked.
+MAX_REQUESTS_PER_RUN = 50
 CLOSING = {"runtime_request.resolved": InteractionStatus.ANSWERED,
            "runtime_request.expired": InteractionStatus.EXPIRED,
            "runtime_request.cancelled": InteractionStatus.CANCELLED}
@@ -112,6 +112,11 @@ def _created(run: HeartbeatRun, envelope: dict, payload: dict):
         log(run.pk, f"Runtime request {request_id} ({kind}) has no issue to be asked on: it stays on the "
                     "run's session until the runner resolves, expires or cancels it.", requestId=request_id)
         return None
+    asked = Interaction.objects.filter(run_id=run.pk, kind=InteractionKind.RUNTIME_REQUEST).count()
+    if asked >= MAX_REQUESTS_PER_RUN:
+        log(run.pk, f"Runtime request {request_id} ({kind}) not asked: the run already asked {asked} "
+                    f"(at most {MAX_REQUESTS_PER_RUN} per run).", requestId=request_id, sourceEventId=event_id)
+        return None
     prompt = str(request.get("prompt") or (request.get("payload") or {}).get("title") or f"Runner request {request_id}")
     question_set = request.get("input") if isinstance(request.get("input"), dict) else {}
     interaction = Interaction.objects.create(
@@ -172,12 +177,8 @@ def _text_problem(value: str, rules: dict) -> str | None:
             return f"At least {rules['minimum']}."
         if "maximum" in rules and number > rules["maximum"]:
             return f"At most {rules['maximum']}."
-    if rules.get("pattern"):
-        try:
-            if re.search(rules["pattern"], value) is None:
-                return "Does not match the expected format."
-        except re.error:
-            pass  # a pattern Python cannot read is the runner's to check
+    # textValidation.pattern is not evaluated here: it is the runner's regex (a backtracking one
+    # would hang this worker under the run's lock); the runner checks its own pattern.
     return None
 
 

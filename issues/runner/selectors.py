@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_MAX_EVENTS = 5000
 TIMELINE_SHOWN = 50
+REQUESTS_SHOWN = 100
 COMMANDS_SHOWN = 50
 CACHE_SECONDS = 3600
 
@@ -43,7 +44,8 @@ def session_snapshot(session: RunnerSession) -> tuple[dict | None, str]:
     snapshot = cache.get(key)
     if snapshot is not None:
         return snapshot, ""
-    identity = {"runId": str(session.pk), **(session.identity if isinstance(session.identity, dict) else {})}
+    # The run id last: a runner-supplied identity never renames the run.
+    identity = {**(session.identity if isinstance(session.identity, dict) else {}), "runId": str(session.pk)}
     capabilities = session.capabilities if isinstance(session.capabilities, dict) else {}
     try:
         snapshot = reducer.reduce_session(identity=identity, capabilities=capabilities,
@@ -115,7 +117,7 @@ def runner_run_view(run: HeartbeatRun) -> dict | None:
     commands = list(RunnerCommand.objects.filter(run_id=run.pk).select_related("interaction")
                     .order_by("-controller_seq")[:COMMANDS_SHOWN])[::-1]
     requests = list(Interaction.objects.filter(run_id=run.pk, kind=InteractionKind.RUNTIME_REQUEST)
-                    .select_related("issue").order_by("created_at"))
+                    .select_related("issue").order_by("created_at")[:REQUESTS_SHOWN])
     return {
         "session": session,
         "fingerprint": runner_fingerprint(run, session),

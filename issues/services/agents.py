@@ -36,9 +36,17 @@ def ensure_agent(actor: Actor) -> None:
         raise Unauthorized("Agent authentication required", code="agent_auth_required")
 
 
-def _stop_live_runs(actor: Actor, agent: Agent, reason: str) -> None:
+def _lock_live_runs(agent: Agent) -> list[HeartbeatRun]:
+    """The agent's live runs, row-locked BEFORE the agent's row: everything that ends a run (a
+    runner's terminal, usage, run_finish) locks the run and then the agent, so taking the agent
+    first here would deadlock against it on PostgreSQL."""
+    return list(HeartbeatRun.objects.select_for_update().filter(agent_id=agent.pk, status__in=LIVE_RUN_STATUSES)
+                .order_by("created_at", "pk"))
+
+
+def _stop_live_runs(actor: Actor, runs: list[HeartbeatRun], reason: str) -> None:
     """Cancel every queued, scheduled or running run of the agent (processes are killed by their adapter)."""
-    for run in HeartbeatRun.objects.filter(agent=agent, status__in=LIVE_RUN_STATUSES).order_by("created_at"):
+    for run in runs:
         run_cancel(actor=actor, run=run, reason=reason)
 
 
@@ -48,6 +56,7 @@ def agent_pause(*, actor: Actor, agent: Agent, reason: str = "", stop_runs: bool
     ensure_board(actor)
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
+        live = _lock_live_runs(agent) if stop_runs else []
         agent = _locked(agent)
         if agent.status == AgentStatus.TERMINATED:
             raise Conflict("A terminated agent cannot be paused.", code="agent_terminated")
@@ -59,7 +68,7 @@ def agent_pause(*, actor: Actor, agent: Agent, reason: str = "", stop_runs: bool
             activity_record(actor=actor, company_id=agent.company_id, action="agent.paused", entity_type="agent",
                             entity_id=agent.pk, details={"from": previous, "reason": agent.pause_reason})
         if stop_runs:
-            _stop_live_runs(actor, agent, "agent_paused")
+            _stop_live_runs(actor, live, "agent_paused")
     return agent
 
 
@@ -249,6 +258,7 @@ def agent_terminate(*, actor: Actor, agent: Agent) -> Agent:
     ensure_board(actor)
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
+        live = _lock_live_runs(agent)
         agent = _locked(agent)
         if agent.status != AgentStatus.TERMINATED:
             previous = agent.status
@@ -258,7 +268,7 @@ def agent_terminate(*, actor: Actor, agent: Agent) -> Agent:
                 revoked_at=timezone.now())
             activity_record(actor=actor, company_id=agent.company_id, action="agent.terminated",
                             entity_type="agent", entity_id=agent.pk, details={"from": previous, "revokedKeys": revoked})
-        _stop_live_runs(actor, agent, "agent_terminated")
+        _stop_live_runs(actor, live, "agent_terminated")
     return agent
 
 

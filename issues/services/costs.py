@@ -108,6 +108,8 @@ def cost_event_create(*, actor: Actor, company, data: dict) -> CostEvent:
         raise InvalidInput(details={"billingType": [f"Must be one of {', '.join(BILLING_TYPES)}."]})
     stop_now = False
     with transaction.atomic():
+        if run is not None:  # the lock order is the run's row, then the agent's (the runner intake's order)
+            run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
         event, crossed = ledger_record(
             company_id=company.pk, agent_id=agent.pk, cost_cents=data["costCents"], provider=data["provider"],
             model=data["model"], biller=data.get("biller") or "", billing_type=data.get("billingType", "unknown"),
@@ -120,7 +122,6 @@ def cost_event_create(*, actor: Actor, company, data: dict) -> CostEvent:
                         details={"agentId": str(agent.pk), "costCents": event.cost_cents, "provider": event.provider,
                                  "model": event.model, "heartbeatRunId": str(run.pk) if run else None})
         if crossed and run is not None:
-            run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
             stop_now = run.status in LIVE_RUN_STATUSES and _request_stop(run, BUDGET_STOP)
     if stop_now:
         _finish_stopped([run])

@@ -62,6 +62,7 @@ class Command(BaseCommand):
         repo = Path(repo_dir or (Path(settings.BASE_DIR) / "var" / "demo-repo")).expanduser().resolve()
         extra = self._ensure_app_project(company, repo)
         self._ensure_case(company, user, extra)
+        self._ensure_runner_agent(company, user)
         instance = self._ensure_connector(company, extra, sandbox_url) if apps.is_installed("connectors") else None
         agent = company.agents.order_by("created_at").first()
         _, raw_key = agent_api_key_create(agent=agent, name="demo")
@@ -101,6 +102,20 @@ class Command(BaseCommand):
         first = company.issues.filter(assignee_agent=eng).order_by("number").first()
         agent_wakeup(actor=board, agent=eng, issue=first, reason="demo: first assignment")
         return company
+
+    def _ensure_runner_agent(self, company, user):
+        """Hopper runs the same example agent through the reference PRP runner (adapter "prp"): the
+        run's events, result and terminal reach the host only over the runner protocol."""
+        if company.agents.filter(name="Hopper").exists():
+            return
+        ceo = company.agents.order_by("created_at").first()
+        hopper = agent_create(company=company, name="Hopper", role="engineer", title="Engineer (PRP runner)",
+                              reports_to=ceo, adapter_type="prp",
+                              adapter_config={"harness": "process", "command": [sys.executable, str(EXAMPLE_AGENT)],
+                                              "env": {"EXAMPLE_AGENT_MODE": "review"}})
+        # The assignment wakes Hopper; the worker starts the runner.
+        issue_create(actor=Actor(user=user), company=company, title="Tidy the changelog", priority="medium",
+                     status="todo", assignee_agent_id=hopper.pk)
 
     # --- the project with a local git repository, a case with a workflow, the GitHub connector -------
 
