@@ -6,13 +6,15 @@
                          --harness fake --script NAME_OR_PATH
     python -m prp_runner ... --harness process -- COMMAND [ARGS...]
     python -m prp_runner ... --harness module:package.module:factory [--script X] [-- ARGS...]
+    python -m prp_runner --attach API_URL [--once] [--outbox-dir DIR] --harness ...   (PAPERCLIP_AGENT_KEY)
 
 ``--url`` / ``--key`` / ``--run-id`` default to ``PAPERCLIP_RUNNER_URL`` / ``PAPERCLIP_API_KEY`` /
 ``PAPERCLIP_RUN_ID`` (prefer the environment for the key: flags show in process listings).
 ``module:…`` imports ``factory`` from an importable module and calls it with the options dict
 (``script``, ``command``, ``max_line_bytes``); it must return a harness (``prp_runner.harness``'s
 protocol). Exit codes: 0 delivered, 2 usage, 3 fatal, 4 drain timed out, 128+N signal N
-(see prp_runner.session).
+(see prp_runner.session). ``--attach`` asks the host for the agent's external runs with the
+agent's own key instead of being given one run (prp_runner.attach).
 """
 from __future__ import annotations
 
@@ -48,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="longest harness output line; a longer one fails the run (default 64 KiB)")
     p.add_argument("--harness", required=True, help="fake, process, or module:package.module:factory")
     p.add_argument("--script", help="the fake harness's script: a name (happy-path, …) or a path")
+    p.add_argument("--attach", metavar="API_URL",
+                   help="ask this host for the agent's external prp runs (key: PAPERCLIP_AGENT_KEY) and drive each")
+    p.add_argument("--once", action="store_true", help="with --attach: stop after one run")
+    p.add_argument("--attach-poll", type=float, default=5.0, help="with --attach: seconds between asks (default 5)")
+    p.add_argument("--outbox-dir", default=".", help="with --attach: where each run's outbox goes (default .)")
     p.add_argument("command", nargs="*", help="after --: the process harness's command")
     return p
 
@@ -67,14 +74,40 @@ def load_harness(name: str, options: dict):
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.attach:
+        return _attached(parser, args)
     missing = [flag for flag, value in (("--url", args.url), ("--key", args.key), ("--run-id", args.run_id))
                if not value]
     if missing:
         parser.error(f"{', '.join(missing)} required (or PAPERCLIP_RUNNER_URL / PAPERCLIP_API_KEY / PAPERCLIP_RUN_ID)")
     if f"/runs/{args.run_id}" not in args.url:
         parser.error("--url does not name the run given by --run-id")
+    _logging()
+    return _run(args, url=args.url, key=args.key, run_id=args.run_id,
+                outbox=args.outbox or f"prp-outbox-{args.run_id}.sqlite3")
+
+
+def _logging():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="prp-runner: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is not a notable step
+
+
+def _attached(parser, args) -> int:
+    from .attach import attach_loop
+
+    agent_key = os.environ.get("PAPERCLIP_AGENT_KEY")
+    if not agent_key:
+        parser.error("--attach needs the agent's long-lived key in PAPERCLIP_AGENT_KEY")
+    _logging()
+
+    def run_one(claimed: dict) -> int:
+        outbox = os.path.join(args.outbox_dir, f"prp-outbox-{claimed['runId']}.sqlite3")
+        return _run(args, url=claimed["runnerUrl"], key=claimed["apiKey"], run_id=claimed["runId"], outbox=outbox)
+
+    return attach_loop(args.attach, agent_key, run_one, once=args.once, poll_seconds=args.attach_poll)
+
+
+def _run(args, *, url: str, key: str, run_id: str, outbox: str) -> int:
     options = {"max_line_bytes": args.max_line_bytes}
     if args.script:
         options["script"] = args.script
@@ -85,11 +118,10 @@ def main(argv=None) -> int:
     except (ImportError, AttributeError, LookupError, ValueError, OSError) as exc:
         print(f"prp-runner: harness {args.harness!r} unavailable: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    config = RunnerConfig(url=args.url, key=args.key, run_id=args.run_id,
-                          outbox_path=args.outbox or f"prp-outbox-{args.run_id}.sqlite3", keep_outbox=args.keep_outbox,
+    config = RunnerConfig(url=url, key=key, run_id=run_id, outbox_path=outbox, keep_outbox=args.keep_outbox,
                           cwd=args.cwd, drain_timeout=args.drain_timeout, max_pending_events=args.max_pending_events,
                           max_pending_bytes=args.max_pending_bytes, poll_wait=args.poll_wait)
-    logging.getLogger("prp_runner").info("runner for run %s at %s, harness %s", args.run_id, args.url, args.harness)
+    logging.getLogger("prp_runner").info("runner for run %s at %s, harness %s", run_id, url, args.harness)
     return Runner(config, harness).run()
 
 

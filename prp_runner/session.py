@@ -40,6 +40,7 @@ from .transport import Backoff, HostClient, HostRefused, Transient
 log = logging.getLogger("prp_runner")
 EXIT_OK, EXIT_FATAL, EXIT_DRAIN_TIMEOUT = 0, 3, 4
 DEFAULT_LIMITS = {"maxBatchEvents": 100, "maxBatchBytes": 1 << 20}
+RUNNER_ONLY_ENV = ("PAPERCLIP_RUNNER_URL", "PAPERCLIP_AGENT_KEY")
 
 
 @dataclass
@@ -69,7 +70,9 @@ class HarnessSession:
         self.run_id, self.protocol_version = runner.config.run_id, runner.protocol_version
         self.turn_id, self.task_packet = turn_id, task_packet
         self.workspace = runner.workspace
-        self.env = {k: v for k, v in os.environ.items() if k != "PAPERCLIP_RUNNER_URL"}
+        # The runner's own credentials stay with it: the agent gets the run key, not the runner URL or
+        # (attach mode) the agent's long-lived key.
+        self.env = {k: v for k, v in os.environ.items() if k not in RUNNER_ONLY_ENV}
         self.restored_checkpoint = restored_checkpoint
         self.resumed = resumed  # the turn had started before a runner restart
         self.interrupt_requested, self.cancel_requested = runner.interrupt_requested, runner.cancel_requested

@@ -194,3 +194,26 @@ def test_the_example_agent_works_its_issue_through_the_process_harness(host):
     texts = [e.envelope["payload"].get("text", "") for e in RunnerEvent.objects.filter(run=run, event_type="item.delta")]
     echoed = [t for t in texts if "debug (stderr): key=" in t]
     assert echoed and all("key=[redacted]" in t for t in echoed), echoed
+
+
+def test_an_external_runner_attaches_with_the_agents_key_and_drives_the_run(host, tmp_path):
+    import subprocess
+
+    from issues.services.companies import agent_api_key_create
+
+    agent, issue, run = prp_issue({"launch": "external"})
+    agent.adapter_config = {"launch": "external"}  # (prp_issue adds grace_seconds, a local setting)
+    agent.save()
+    assert execute(run).status == RunStatus.RUNNING  # the host started nothing: the run waits
+    _key, agent_key = agent_api_key_create(agent=agent, name="runner box")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAPERCLIP_")}
+    env["PAPERCLIP_AGENT_KEY"] = agent_key
+    done = subprocess.run([sys.executable, "-m", "prp_runner", "--attach", host.url, "--once", "--outbox-dir",
+                           str(tmp_path), "--harness", "fake", "--script", "happy-path"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert agent_key not in done.stderr + done.stdout
+    run = HeartbeatRun.objects.get(pk=run.pk)
+    assert run.status == RunStatus.SUCCEEDED, host_log(run)
+    assert "an external runner attached" in host_log(run)
+    assert events(run).count("run.terminal") == 1
