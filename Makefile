@@ -54,6 +54,7 @@ bench: install  # each prints its figure next to a baseline measured in the same
 	$(PY) bench/symphony_latency_bench.py
 	$(PY) bench/case_read_bench.py
 	$(PY) bench/prp_intake_bench.py
+	$(PY) bench/prp_runner_bench.py
 
 clean:
 	rm -rf $(VENV) var staticfiles

@@ -10,7 +10,8 @@
   bound one backpressure report (``runner.backpressure``; on PRP v2, which has no such event type,
   ``runner.diagnostic`` ``backpressure``) says how many, by priority — forced out before the
   terminal, since the host takes nothing after it.
-* One terminal: a second is ignored, with a ``duplicate_terminal`` diagnostic.
+* One terminal: a second is ignored and logged (``duplicate_terminal``; never sent: the host takes
+  nothing after a terminal).
 """
 from __future__ import annotations
 
@@ -83,8 +84,9 @@ class EventSink:
     def terminal(self, terminal: dict, *, checkpoint: dict | None = None, turn_id: str | None = None) -> bool:
         with self.end_lock:
             if self.outbox.terminal_seq is not None:
-                self.diagnostic("duplicate_terminal", "A second terminal was ignored: the run has one already.",
-                                terminal=terminal)
+                # Logged, not sent: the host takes no event after a run's terminal.
+                log.warning("duplicate_terminal: a second terminal was ignored (the run has one already): %s",
+                            terminal.get("runTerminalState") if isinstance(terminal, dict) else terminal)
                 return False
             self.report_drops(force=True)  # a harness's own terminal too: the host takes nothing after it
             return self.emit("run.terminal", terminal, checkpoint=checkpoint, turn_id=turn_id)

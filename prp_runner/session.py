@@ -104,7 +104,7 @@ class HarnessSession:
         self._events.emit("run.result.proposed", result, checkpoint=checkpoint, turn_id=self.turn_id)
 
     def terminal(self, terminal: dict, *, checkpoint=None) -> bool:
-        """The run's terminal; False (and a ``duplicate_terminal`` diagnostic) when it has one."""
+        """The run's terminal; False (logged as ``duplicate_terminal``, not sent) when it has one."""
         return self._events.terminal(terminal, checkpoint=checkpoint, turn_id=self.turn_id)
 
     def diagnostic(self, code: str, message: str, **details) -> None:
@@ -315,7 +315,6 @@ class Runner:
     def _finish(self, exit_code: int | None):
         with self.events.end_lock:
             if self.outbox.terminal_seq is None:
-                self.events.report_drops(force=True)  # before the terminal: nothing is taken after it
                 self.events.terminal(derive_terminal(exit_code=exit_code, result=self.outbox.result,
                                                      interrupted=self.interrupt_requested.is_set(),
                                                      cancelled=self.cancel_requested.is_set()), turn_id=self.turn_id)
