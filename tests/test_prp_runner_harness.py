@@ -21,7 +21,8 @@ from issues.runner import contract
 from prp_runner.envelope import LOG_EVENT, log_event, priority_of
 from prp_runner.harness import get_harness
 from prp_runner.harness.fake import FakeHarness, load_script
-from prp_runner.harness.process import LineError, ProcessHarness, parse_result_line, run_result
+from prp_runner.harness.output_lines import LineError, parse_result_line, run_result
+from prp_runner.harness.process import ProcessHarness
 from prp_runner.outcome import derive_terminal
 from tests.runner_helpers import envelope
 from tests.test_celery_topology import wait_for
