@@ -243,3 +243,5 @@ class RunnerCommandStatus(models.TextChoices):
 
 
 RUNNER_COMMAND_OPEN = (RunnerCommandStatus.PENDING, RunnerCommandStatus.DELIVERED)
+# What a runner may report as a command's result.
+RUNNER_COMMAND_RESULTS = (RunnerCommandStatus.SUCCEEDED, RunnerCommandStatus.FAILED, RunnerCommandStatus.REJECTED)

@@ -61,7 +61,7 @@ class World:
             capabilities=caps, runner_instance_id="runner_console", hello_at=timezone.now(), goal=GOAL,
             credentials={"codex/harness-auth": {"provider": "codex", "bindingId": "harness-auth", "revision": 3,
                                                 "detection": "credential_store"}},
-            activity={"paperclip.cli": {"issue.commented": 2}},
+            activity={"paperclip.cli": {"issue.commented": {"count": 2, "lastSourceEventId": "e9"}}},  # as projected
             decision={"applied": "in_review", "reason": "review required"})
         store(self.run, self.session, item_events(self.run))
         self.users = {role: MembershipFactory(company=self.company, role=role).user for role in ("operator", "viewer")}

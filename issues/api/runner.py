@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from issues.api.auth import AgentKeyAuthentication
+from issues.choices import RUNNER_COMMAND_RESULTS
 from issues.runner import attach, intake, negotiation, offers
 from issues.runner.auth import RunnerKeyAuthentication, runner_key_run
 
@@ -69,7 +70,7 @@ class CommandListSerializer(serializers.Serializer):
 
 
 class CommandResultSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=list(offers.RESULT_STATUSES))
+    status = serializers.ChoiceField(choices=list(RUNNER_COMMAND_RESULTS))
     result = serializers.JSONField(required=False)
     error = serializers.JSONField(required=False)
 

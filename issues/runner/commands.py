@@ -12,8 +12,7 @@ from django.utils import timezone
 
 from issues.models import RunnerCommand, RunnerSession
 
-# The command schema discriminator for each negotiated protocol version.
-COMMAND_SCHEMAS = {1: "paperclip.prp.command.v1", 2: "paperclip.prp.command.v2"}
+from .contract import COMMAND_SCHEMAS  # the command schema discriminator per negotiated version
 
 
 def iso_now(now: datetime | None = None) -> str:

@@ -22,7 +22,8 @@ from issues.models import HeartbeatRun, RunnerCommand, RunnerSession
 from issues.services.activity import activity_record
 
 from . import contract
-from .commands import COMMAND_SCHEMAS, command_issue, iso_now
+from .commands import command_issue, iso_now
+from .contract import COMMAND_SCHEMAS
 from .host_control import log
 
 ACTIONS = ("set", "pause", "resume", "clear")

@@ -27,6 +27,7 @@ from issues.choices import (
     LIVE_RUN_STATUSES,
     PROTOCOL_ADAPTER_TYPES,
     RUNNER_COMMAND_OPEN,
+    RUNNER_COMMAND_RESULTS,
     RunEventKind,
     RunLiveness,
     RunnerCommandStatus,
@@ -41,10 +42,9 @@ from .commands import command_issue, iso_now
 TURN_INTERRUPT, RUN_CANCEL = "turn.interrupt", "run.cancel"
 STOP_COMMANDS = (TURN_INTERRUPT, RUN_CANCEL)
 ISSUE_STOP = "issue_stop"  # services.runs.issue_run_stop's reason: only the turn is interrupted
-RESULT_STATUSES = (RunnerCommandStatus.SUCCEEDED, RunnerCommandStatus.FAILED, RunnerCommandStatus.REJECTED)
 REFUSED = (RunnerCommandStatus.FAILED, RunnerCommandStatus.REJECTED)
 # What a stop command's status can be while its run still waits for the terminal.
-AWAITING = RUNNER_COMMAND_OPEN + RESULT_STATUSES
+AWAITING = RUNNER_COMMAND_OPEN + RUNNER_COMMAND_RESULTS
 
 
 def confirm_seconds() -> int:
@@ -181,7 +181,7 @@ def _result_reason(command: RunnerCommand) -> str:
 def result_status(command: RunnerCommand) -> str:
     """The outcome the runner reported: the stored status once the transport mapped it, else the
     result body's own ``status``."""
-    if command.status in RESULT_STATUSES:
+    if command.status in RUNNER_COMMAND_RESULTS:
         return command.status
     body = command.result if isinstance(command.result, dict) else {}
     return str(body.get("status") or command.status)

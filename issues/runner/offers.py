@@ -22,16 +22,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from issues.choices import LIVE_RUN_STATUSES, RunEventKind, RunnerCommandStatus
+from issues.choices import LIVE_RUN_STATUSES, RUNNER_COMMAND_RESULTS, RunEventKind, RunnerCommandStatus
 from issues.exceptions import Conflict, InvalidInput, NotFound
 from issues.models import HeartbeatRun, RunnerCommand, RunnerSession
 from issues.services.runs import run_append_event
 
 from . import contract
-from .commands import COMMAND_SCHEMAS
-from .negotiation import hello_required, lock_run, lock_session, run_not_live
+from .negotiation import hello_required, lock_run, lock_session, max_batch, run_not_live
 
-RESULT_STATUSES = (RunnerCommandStatus.SUCCEEDED, RunnerCommandStatus.FAILED, RunnerCommandStatus.REJECTED)
 
 
 def _knob(name: str, default):
@@ -60,7 +58,7 @@ def parse_offer_params(params) -> tuple[int, float]:
 
 def _render(command: RunnerCommand, version: int) -> dict:
     doc = copy.deepcopy(command.envelope)
-    doc["schema"] = COMMAND_SCHEMAS.get(version, doc.get("schema"))
+    doc["schema"] = contract.COMMAND_SCHEMAS.get(version, doc.get("schema"))
     return doc
 
 
@@ -83,7 +81,7 @@ def runner_commands(*, run: HeartbeatRun, after_seq: int, wait: float) -> dict:
         raise hello_required()
     interval = max(float(_knob("RUNNER_COMMAND_POLL_SECONDS", 0.5)), 0.01)
     deadline = time.monotonic() + wait
-    limit = int(_knob("RUNNER_MAX_BATCH", 100))
+    limit = max_batch()
     _touch_heartbeat(run.pk, timezone.now())
     while True:
         commands = list(RunnerCommand.objects.filter(run_id=run.pk, controller_seq__gt=after_seq)
@@ -105,8 +103,8 @@ def _parse_result(body) -> dict:
     if not isinstance(body, dict):
         raise InvalidInput(details={"non_field_errors": ["A JSON object is required."]})
     errors = {}
-    if body.get("status") not in RESULT_STATUSES:
-        errors["status"] = [f"One of {', '.join(RESULT_STATUSES)} is required."]
+    if body.get("status") not in RUNNER_COMMAND_RESULTS:
+        errors["status"] = [f"One of {', '.join(RUNNER_COMMAND_RESULTS)} is required."]
     for name in ("result", "error"):
         if name in body and body[name] is not None and not isinstance(body[name], dict):
             errors[name] = ["Must be an object."]
@@ -153,7 +151,7 @@ def runner_command_result(*, run: HeartbeatRun, command_id: str, body) -> dict:
         now = timezone.now()
         command.result, command.result_digest, command.result_at = body, dig, now
         # A stop the host already settled (expired, or confirmed by the run's end) keeps the host's word.
-        if command.status != RunnerCommandStatus.EXPIRED and command.status not in RESULT_STATUSES:
+        if command.status != RunnerCommandStatus.EXPIRED and command.status not in RUNNER_COMMAND_RESULTS:
             command.status = body["status"]
         command.save(update_fields=["result", "result_digest", "result_at", "status"])
         run_append_event(run_id=run.pk, kind=RunEventKind.SYSTEM,

@@ -58,40 +58,19 @@ def session_snapshot(session: RunnerSession) -> tuple[dict | None, str]:
 
 
 def _credential_rows(credentials) -> list[dict]:
-    """auth.credentials.updated entries (provider, bindingId, revision, detection), however the
-    projection nests them (by "provider/binding" or provider -> binding)."""
-    rows = []
-
-    def walk(value, key):
-        if not isinstance(value, dict):
-            return
-        if any(name in value for name in ("provider", "bindingId", "revision", "detection")):
-            rows.append({"key": key, **{name: value.get(name) for name in
-                                        ("provider", "bindingId", "revision", "detection", "sourceEventId",
-                                         "emittedAt", "updatedAt")}})
-            return
-        for child, inner in sorted(value.items()):
-            walk(inner, f"{key}/{child}" if key else str(child))
-
-    walk(credentials, "")
-    return rows
+    """auth.credentials.updated entries as the projection keeps them: ``{"provider/binding": entry}``."""
+    if not isinstance(credentials, dict):
+        return []
+    return [{"key": key, **entry} for key, entry in sorted(credentials.items()) if isinstance(entry, dict)]
 
 
 def _activity_rows(activity) -> list[dict]:
-    """runtime.activity.recorded counts as ``{namespace, activityKey, count}`` rows."""
-    rows = []
+    """runtime.activity.recorded counts (``{namespace: {activityKey: {"count": n, …}}}``) as rows."""
     if not isinstance(activity, dict):
-        return rows
-    for namespace, value in sorted(activity.items()):
-        if isinstance(value, dict) and not {"count"} & set(value):
-            for key, inner in sorted(value.items()):
-                count = inner.get("count") if isinstance(inner, dict) else inner
-                rows.append({"namespace": namespace, "activityKey": key, "count": count})
-        else:
-            count = value.get("count") if isinstance(value, dict) else value
-            namespace, _, key = str(namespace).partition("/")
-            rows.append({"namespace": namespace, "activityKey": key, "count": count})
-    return rows
+        return []
+    return [{"namespace": namespace, "activityKey": key, "count": entry.get("count")}
+            for namespace, keys in sorted(activity.items()) if isinstance(keys, dict)
+            for key, entry in sorted(keys.items()) if isinstance(entry, dict)]
 
 
 def runner_fingerprint(run: HeartbeatRun, session: RunnerSession | None = None) -> str | None:
