@@ -1,11 +1,13 @@
 """Operator console pages of the cases app: the case list (the API's filters, sorting and
 grouping via ``selectors.case_browse``), the case page (facts, linked tasks, primary task documents,
-handoff history with retry/cancel), and workflow definitions (list, create, edit with a safe
-Markdown preview, fingerprint and usage). Views are thin: selectors read, services write."""
+handoff history with retry/cancel), workflow definitions (list, create, edit with a safe
+Markdown preview, fingerprint and usage), and the case panel of the issue page. Views are thin:
+selectors read, services write."""
 from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
+from django.db.models import Q
 from django.http import HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET
@@ -17,9 +19,9 @@ from issues.selectors import assignable_agents, document_list, scoped_get
 from paperclip.core.markdown import render_markdown
 
 from . import handoffs, selectors, services
-from .choices import CaseGroupBy, CaseSortField, CaseStatus, HandoffStatus, SortDir
+from .choices import CaseGroupBy, CaseLinkRole, CaseSortField, CaseStatus, HandoffStatus, SortDir
 from .filtersets import CaseFilterSet
-from .models import Case, CaseHandoff, WorkflowDefinition
+from .models import Case, CaseHandoff, CaseIssueLink, WorkflowDefinition
 
 CASES_PER_PAGE = 50
 RETRYABLE = (HandoffStatus.HELD, HandoffStatus.FAILED, HandoffStatus.ACCEPTED)
@@ -35,6 +37,25 @@ def _company(request):
 
 def case_url(case) -> str:
     return reverse("cases_console:case-detail", args=[case.identifier])
+
+
+# --- the issue page's case panel (registered in CasesConfig.ready(); issues never imports cases) ---
+
+
+def issue_case_panel(request, issue):
+    """Each case the task is the primary or a linked task of, with the case's current workflow and
+    phase; nothing when there is none or cases are off for the company."""
+    if not issue.company.enable_cases:
+        return None
+    roles = dict(CaseIssueLink.objects.filter(issue=issue, company_id=issue.company_id)
+                 .values_list("case_id", "role"))
+    cases = list(Case.objects.filter(Q(primary_task=issue) | Q(pk__in=list(roles)), company_id=issue.company_id)
+                 .select_related("current_workflow").defer("fields").order_by("created_at", "id"))
+    if not cases:
+        return None
+    entries = [{"case": case, "role": "primary task" if case.primary_task_id == issue.pk
+                else f"{CaseLinkRole(roles[case.pk]).label.lower()} link"} for case in cases]
+    return "cases/_issue_case_panel.html", {"cases": entries}
 
 
 # --- case list ------------------------------------------------------------------------------------

@@ -126,16 +126,47 @@ def _record(actor: Actor, handoff: CaseHandoff, kind: str, action: str, extra: d
 
 
 def handoff_summary(handoff: CaseHandoff) -> dict:
-    """What history, events and the audit log show of a transition (captured names and phases)."""
+    """What history, events and the audit log show of a transition: the captured workflow names
+    and phases (``phaseKept``: the case kept its phase), the case and its task, and ``transition``,
+    one line naming them for an audit reader."""
+    case = handoff.case
     return {
         "handoffId": str(handoff.pk), "target": handoff.target, "kickoff": handoff.kickoff,
+        "caseIdentifier": case.identifier, "taskId": str(case.primary_task_id) if case.primary_task_id else None,
         "fromAgentId": str(handoff.from_agent_id) if handoff.from_agent_id else None,
         "toAgentId": str(handoff.to_agent_id) if handoff.to_agent_id else None,
-        "workflowAction": handoff.workflow_action, "workflowName": handoff.workflow_name,
-        "previousWorkflowName": handoff.previous_workflow_name,
+        "workflowAction": handoff.workflow_action, "workflowId": str(handoff.workflow_id) if handoff.workflow_id else None,
+        "workflowName": handoff.workflow_name, "previousWorkflowName": handoff.previous_workflow_name,
         "phase": handoff.phase if handoff.set_phase else handoff.previous_phase,
-        "previousPhase": handoff.previous_phase, "status": handoff.status,
+        "previousPhase": handoff.previous_phase, "phaseKept": not handoff.set_phase,
+        "transition": transition_text(handoff), "status": handoff.status,
     }
+
+
+def transition_text(handoff: CaseHandoff) -> str:
+    """E.g. 'workflow "Intake" -> "Review"; phase "intake" -> "review"' or 'workflow "Review" kept;
+    phase "review" kept'. A closure intent changes neither."""
+    if handoff.target == HandoffTarget.DONE:
+        return "closure intent: workflow and phase kept"
+    new, old = f'"{handoff.workflow_name}"', f'"{handoff.previous_workflow_name}"'
+    action = handoff.workflow_action
+    if handoff.kickoff:
+        workflow = f"workflow {new} adopted" if action == WorkflowAction.ADOPT else "inline workflow"
+    elif action == WorkflowAction.ADOPT:
+        workflow = f"workflow {old} -> {new}" if handoff.previous_workflow_name else f"workflow {new} adopted"
+    elif action == WorkflowAction.REFRESH:
+        workflow = f"workflow {new} refreshed"
+    elif action == WorkflowAction.DETACH:
+        workflow = f"workflow {old} detached" if handoff.previous_workflow_name else "no workflow to detach"
+    else:
+        workflow = f"workflow {new} kept" if handoff.workflow_name else "no workflow (kept)"
+    if not handoff.set_phase:
+        phase = f'phase "{handoff.previous_phase}" kept' if handoff.previous_phase else "no phase (kept)"
+    elif handoff.kickoff or handoff.previous_phase == handoff.phase:
+        phase = f'phase "{handoff.phase}"' if handoff.phase else "no phase"
+    else:
+        phase = f'phase "{handoff.previous_phase}" -> "{handoff.phase}"'
+    return f"{workflow}; {phase}"
 
 
 def _lock(handoff_pk):
@@ -240,9 +271,11 @@ def handoff_kickoff(*, actor: Actor, company: Company, to, case_type: str, title
                     workflow_id=None, workflow_document_text: str | None = None, summary: str = "",
                     fields: dict | None = None, parent_id=None, project_id=None, phase: str = "",
                     note: str = "", initial_documents=(), idempotency_key: str = "",
-                    case_idempotency_key: str = "") -> tuple[CaseHandoff, bool]:
+                    case_idempotency_key: str = "", primary_task_id=None) -> tuple[CaseHandoff, bool]:
     """Create a case (with its primary task and ``workflow`` document from a definition or inline
-    text) and hand it to its first agent, in one transaction."""
+    text) and hand it to its first agent, in one transaction. ``primary_task_id`` binds an
+    existing issue as the primary task instead of creating one (``case_create`` checks it); later
+    handoffs reuse that task, and a replay of the principal's key returns the same handoff."""
     errors = {}
     if to == "done":
         errors["to"] = ["A kickoff hands the new case to an agent."]
@@ -254,21 +287,22 @@ def handoff_kickoff(*, actor: Actor, company: Company, to, case_type: str, title
         "companyId": str(company.pk), "to": str(to), "type": case_type, "title": title, "kickoff": kickoff,
         "workflowId": workflow_id, "workflowDocumentText": workflow_document_text, "summary": summary,
         "fields": fields, "parentId": parent_id, "projectId": project_id, "phase": phase, "note": note,
-        "initialDocuments": list(initial_documents), "caseIdempotencyKey": case_idempotency_key})
+        "initialDocuments": list(initial_documents), "caseIdempotencyKey": case_idempotency_key,
+        "primaryTaskId": str(primary_task_id) if primary_task_id else None})
     replay = _replayed(actor, idempotency_key, fingerprint)
     if replay is not None:
         return replay, False
     try:
         return _kickoff(actor, company, to, case_type, title, kickoff, workflow_id, workflow_document_text, summary,
                         fields, parent_id, project_id, phase, note, initial_documents, idempotency_key,
-                        case_idempotency_key, fingerprint), True
+                        case_idempotency_key, fingerprint, primary_task_id), True
     except _Replay as replay:
         return replay.handoff, False
 
 
 def _kickoff(actor, company, to, case_type, title, kickoff, workflow_id, workflow_document_text, summary, fields,
              parent_id, project_id, phase, note, initial_documents, idempotency_key, case_idempotency_key,
-             fingerprint):
+             fingerprint, primary_task_id):
     with transaction.atomic():
         if idempotency_key:
             # Replays of one kickoff serialize on the company row, then find the winner's handoff.
@@ -283,7 +317,8 @@ def _kickoff(actor, company, to, case_type, title, kickoff, workflow_id, workflo
             workflow_document_text=definition.prompt if definition else workflow_document_text,
             summary=summary, fields=fields, parent_id=parent_id, project_id=project_id,
             workflow_definition_id=definition.pk if definition else None, phase=phase,
-            idempotency_key=case_idempotency_key, initial_documents=initial_documents)
+            idempotency_key=case_idempotency_key, initial_documents=initial_documents,
+            primary_task_id=primary_task_id)
         if not created:
             raise Conflict("A case with this idempotency key already exists; hand it off instead.",
                            code="case_exists", details={"caseId": str(case.pk)})

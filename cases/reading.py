@@ -17,15 +17,18 @@ The large parts (``Case.fields``, a document revision body, a workflow prompt) a
 loaded into Python for a page. The database cuts the byte window: PostgreSQL
 ``substring(convert_to(<text>, 'UTF8') from … for …)`` over ``fields::text``; SQLite
 ``substr(CAST(<column> AS BLOB), …, …)``. Python only sees the window (``limitBytes + 1``
-bytes, the extra byte tells where the next character starts) and the small metadata.
+bytes, the extra byte tells where the next character starts) and the small metadata (on SQLite
+also one digest chunk at a time, see :mod:`cases.sqlite_digest`).
 
 Snapshots
 ---------
 Every answer carries a ``snapshot``: an opaque token binding the selected projection
 (``case``, ``fields`` or ``document:<issue>:<key>``), the case version (id, ``updated_at``,
-the projection's metadata bytes, the byte length of ``fields`` and, on PostgreSQL, the md5 of
-``fields::text`` computed in SQL), the primary task's version (id, ``updated_at``) and, for
-documents, the document identity, latest revision id, body length and (PostgreSQL) body md5.
+the projection's metadata bytes, the byte length of ``fields`` and the md5 of its JSON text
+computed by the database in the statement that cuts the page, on both databases), the primary
+task's version (id, ``updated_at``) and, for documents, the document identity, latest revision
+id, body length and body md5. A same-length edit made behind the ORM (a raw UPDATE that leaves
+``updated_at`` alone) therefore still moves the snapshot.
 A continuation (``offsetBytes > 0``) must present it; whenever a presented snapshot differs
 from the current one the read answers 409 ``read_snapshot_stale`` and the caller restarts at
 ``offsetBytes=0`` without a snapshot. Each page re-runs the full access checks (company,
@@ -52,6 +55,7 @@ from issues.exceptions import Conflict, InvalidInput, NotFound
 from issues.models import Document, DocumentRevision, Issue
 from issues.selectors import get_by_ref, scoped_get
 
+from . import sqlite_digest
 from .models import Case, CaseHandoff, CaseIssueLink, WorkflowDefinition
 from .selectors import CASE_RELATED
 
@@ -76,7 +80,7 @@ def limits() -> tuple[int, int]:
 @dataclass
 class Window:
     total: int  # bytes of the whole UTF-8 text
-    digest: str  # md5 of the text computed by PostgreSQL; "" on SQLite
+    digest: str  # md5 of the text, computed by the database (cases.sqlite_digest on SQLite)
     data: bytes  # the requested byte window
 
 
@@ -87,7 +91,7 @@ def _is_postgres() -> bool:
 def sql_window(model, column: str, pk, start: int, length: int, *, json_text: bool = False,
                guard: dict | None = None) -> Window | None:
     """Bytes ``[start, start + length)`` of the UTF-8 text of ``model.column`` for row ``pk``,
-    with the text's byte length (and its md5 on PostgreSQL), cut inside the database.
+    with the text's byte length and md5, cut inside the database by one statement.
 
     ``guard`` adds ``AND column = value`` conditions (e.g. the ``updated_at`` the caller already
     read) so the window provably belongs to the same row version; ``None`` when no row matches.
@@ -109,9 +113,8 @@ def sql_window(model, column: str, pk, start: int, length: int, *, json_text: bo
                f"SELECT octet_length(b), md5(b), substring(b from %s for %s) FROM s")
         params += [start + 1, length]
     else:
-        sql = (f"SELECT length(CAST({col} AS BLOB)), '', substr(CAST({col} AS BLOB), %s, %s) "
-               f"FROM {table} WHERE {where_sql}")
-        params = [start + 1, length, *params]
+        sql = sqlite_digest.window_sql(table=table, column=col, where_sql=where_sql)
+        params += [start + 1, length]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -349,6 +352,10 @@ def case_document_issue(*, case: Case, issue_id=None) -> Issue:
     return issue
 
 
+# Documents agents may page: not the host's own (``system``), not withheld by an operator.
+PAGE_READABLE = {"system": False, "quarantined_at__isnull": True}
+
+
 def _read_document(*, actor: Actor, case: Case, params: ReadParams) -> dict:
     """``section=document``: the current body of document ``documentKey`` of the primary task,
     or of a linked task named by ``documentIssueId``, paged over its raw text (UTF-8 bytes).
@@ -357,9 +364,9 @@ def _read_document(*, actor: Actor, case: Case, params: ReadParams) -> dict:
     seed's "historical case-owned document" is served from the primary task's document of the
     same key. Every page re-checks that the task is still the primary task or linked to the
     case and in the caller's company, and binds the snapshot to the document id, its latest
-    revision, the body length and (PostgreSQL) the body md5."""
+    revision, the body length and the body md5."""
     issue = case_document_issue(case=case, issue_id=params.document_issue_id)
-    document = (Document.objects.filter(issue=issue, key=params.document_key)
+    document = (Document.objects.filter(issue=issue, key=params.document_key, **PAGE_READABLE)
                 .annotate(revision_number=F("latest_revision__number")).first())
     if document is None or document.latest_revision_id is None:
         raise NotFound("Document not found.")

@@ -8,14 +8,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from issues.actors import Actor
-from issues.choices import DocumentFormat, OriginKind
-from issues.exceptions import Conflict, InvalidInput
-from issues.models import Company, Issue, Project
+from issues.choices import DocumentFormat, IssueStatus, OriginKind
+from issues.exceptions import Conflict, InvalidInput, Unprocessable
+from issues.models import Company, Document, Issue, Project
 from issues.services.activity import activity_record
-from issues.services.fences import ensure_owning_run
+from issues.services.fences import ensure_may_change, ensure_owning_run
 from issues.services.issues import issue_create
 from issues.services.lookups import company_object
-from issues.services.thread import DOCUMENT_KEY, document_write
+from issues.services.thread import DOCUMENT_KEY, comment_create, document_write
 
 from .choices import CaseEventKind, CaseLinkRole, CaseStatus
 from .models import Case, CaseEvent, CaseIssueLink, WorkflowDefinition
@@ -61,7 +61,7 @@ def case_create(
     case_type: str,
     title: str,
     kickoff: str,
-    workflow_document_text: str,
+    workflow_document_text: str | None = None,
     summary: str = "",
     status: str = CaseStatus.DRAFT,
     fields: dict | None = None,
@@ -71,6 +71,7 @@ def case_create(
     phase: str = "",
     idempotency_key: str = "",
     initial_documents=(),
+    primary_task_id=None,
 ) -> tuple[Case, bool]:
     """Create a case with its primary task, or return the case already created under the same
     (company, type, idempotency key). Returns ``(case, created)``.
@@ -78,21 +79,36 @@ def case_create(
     The primary task's description is the kickoff; the workflow text is saved verbatim as the
     task's document ``workflow``; ``initial_documents`` (``{key, body, title?, format?}``) are
     written as ordinary task documents before anything is dispatched. Missing kickoff or workflow
-    text, a bad seed document or an over-budget seed is rejected before any write."""
-    errors = _seed_errors(workflow_document_text, initial_documents)
+    text, a bad seed document or an over-budget seed is rejected before any write.
+
+    A ``workflow_definition_id`` is adopted: its prompt becomes the ``workflow`` document and its
+    name and fingerprint are captured in the ``created`` event (as a kickoff handoff captures
+    them). Inline text that differs from that prompt is refused (400
+    ``workflow_text_mismatch``), so a case is never labelled with one procedure while holding
+    another.
+
+    ``primary_task_id`` binds an existing issue of the company instead of creating one (see
+    :func:`_bindable_task`): its title and description stay, the kickoff is posted on it as a
+    comment, and the ``workflow`` document is created on it (create-only: a task that already
+    has one is a 409)."""
+    errors = {}
     if not (kickoff or "").strip():
         errors["kickoff"] = ["This field may not be blank."]
-    if not (workflow_document_text or "").strip():
+    if workflow_definition_id is None and not (workflow_document_text or "").strip():
         errors["workflowDocumentText"] = ["This field may not be blank."]
     if not (case_type or "").strip():
         errors["type"] = ["This field may not be blank."]
+    if errors:
+        raise InvalidInput(details=errors)
+    workflow = company_object(WorkflowDefinition, company.pk, workflow_definition_id, "workflowDefinitionId")
+    workflow_document_text = adopted_workflow_text(workflow, workflow_document_text)
+    errors = _seed_errors(workflow_document_text, initial_documents)
     if errors:
         raise InvalidInput(details=errors)
     run = authorize_write(actor, company.pk)
     with transaction.atomic():
         parent = company_object(Case, company.pk, parent_id, "parentCaseId")
         project = company_object(Project, company.pk, project_id, "projectId")
-        workflow = company_object(WorkflowDefinition, company.pk, workflow_definition_id, "workflowDefinitionId")
         # The company row serializes numbering and the idempotent upsert.
         Company.objects.select_for_update().get(pk=company.pk)
         if idempotency_key:
@@ -100,6 +116,9 @@ def case_create(
                                            idempotency_key=idempotency_key).first()
             if existing is not None:
                 return existing, False
+        bound = _bindable_task(actor, company, primary_task_id) if primary_task_id is not None else None
+        if bound is not None and project is None:
+            project = bound.project
         number = (Case.objects.filter(company=company).aggregate(n=Max("number"))["n"] or 0) + 1
         try:
             with transaction.atomic():
@@ -115,28 +134,86 @@ def case_create(
             if existing is not None:
                 return existing, False
             raise Conflict("The case was created concurrently; retry.", code="case_conflict")
-        task, _ = issue_create(actor=actor, company=company, title=title, description=kickoff,
-                               project_id=project.pk if project else None, origin_kind=OriginKind.CASE,
-                               origin_id=str(case.pk))
+        if bound is None:
+            task, _ = issue_create(actor=actor, company=company, title=title, description=kickoff,
+                                   project_id=project.pk if project else None, origin_kind=OriginKind.CASE,
+                                   origin_id=str(case.pk))
+        else:
+            task = bound
+            comment_create(actor=actor, issue=task, body=kickoff, _locked=True)
         revision = document_write(actor=actor, issue=task, key=WORKFLOW_DOCUMENT_KEY, body=workflow_document_text,
                                   title="Workflow", format=DocumentFormat.MARKDOWN)
         for seed in initial_documents:
             document_write(actor=actor, issue=task, key=seed["key"], body=seed["body"],
                            title=seed.get("title") or "", format=seed.get("format") or DocumentFormat.MARKDOWN)
         case.primary_task = task
-        case.save(update_fields=["primary_task", "updated_at"])
+        try:
+            with transaction.atomic():
+                case.save(update_fields=["primary_task", "updated_at"])
+        except IntegrityError:  # another case bound the task concurrently (one primary case per task)
+            raise _already_primary(task)
         CaseIssueLink.objects.create(company=company, case=case, issue=task, role=CaseLinkRole.ORIGIN)
+        captured = {
+            "workflowDefinitionId": str(workflow.pk) if workflow else None,
+            "workflowName": workflow.name if workflow else "",
+            "workflowFingerprint": prompt_fingerprint(workflow_document_text),
+        }
         case_event_record(actor=actor, case=case, kind=CaseEventKind.CREATED, run=run, details={
             "identifier": case.identifier, "type": case_type, "status": status,
-            "primaryTaskId": str(task.pk), "workflowRevisionId": str(revision.pk),
-            "workflowDefinitionId": str(workflow.pk) if workflow else None,
+            "primaryTaskId": str(task.pk), "boundExistingTask": bound is not None,
+            "workflowRevisionId": str(revision.pk), **captured,
         })
         case_event_record(actor=actor, case=case, kind=CaseEventKind.ISSUE_LINKED, run=run,
                           details={"issueId": str(task.pk), "role": CaseLinkRole.ORIGIN})
         activity_record(actor=actor, company_id=company.pk, action="case.created", entity_type="case",
-                        entity_id=case.pk, details={"identifier": case.identifier, "primaryTaskId": str(task.pk)},
+                        entity_id=case.pk, details={"identifier": case.identifier, "primaryTaskId": str(task.pk),
+                                                    "boundExistingTask": bound is not None, **captured},
                         run=run)
     return case, True
+
+
+def adopted_workflow_text(definition: WorkflowDefinition | None, text: str | None) -> str:
+    """The ``workflow`` document body of a new case: the definition's prompt when one is named
+    (inline text may repeat it verbatim, never contradict it), else the inline text."""
+    if definition is None:
+        return text
+    if text and text != definition.prompt:
+        raise InvalidInput(
+            "workflowDocumentText differs from the prompt of workflowDefinitionId; omit it to adopt the "
+            "definition's prompt.", code="workflow_text_mismatch",
+            details={"workflowDocumentText": ["Differs from the prompt of the named workflow definition."],
+                     "workflowDefinitionId": str(definition.pk), "workflowFingerprint": definition.fingerprint})
+    return definition.prompt
+
+
+def _already_primary(task: Issue, case_id=None) -> Conflict:
+    case_id = case_id or Case.objects.filter(primary_task_id=task.pk).values_list("pk", flat=True).first()
+    return Conflict("This issue is already the primary task of another case.", code="task_already_primary",
+                    details={"primaryTaskId": ["Already the primary task of another case."],
+                             "caseId": str(case_id) if case_id else None})
+
+
+def _bindable_task(actor: Actor, company: Company, issue_id) -> Issue:
+    """An existing issue a new case may take as its primary task, locked: of the company (else
+    404), changeable by the actor under the ordinary task fences (an agent's checkout run and
+    ownership), not cancelled, not the primary task of another case, and without a ``workflow``
+    document yet (the case's is created, never overwritten)."""
+    task = company_object(Issue, company.pk, issue_id, "primaryTaskId")
+    task = Issue.objects.select_for_update().get(pk=task.pk)
+    ensure_may_change(actor, task)
+    if task.status == IssueStatus.CANCELLED:
+        raise Unprocessable("A cancelled issue cannot become a case's primary task.", code="task_cancelled",
+                            details={"primaryTaskId": ["This issue is cancelled."]})
+    other = Case.objects.filter(primary_task_id=task.pk).values_list("pk", flat=True).first()
+    if other is not None:
+        raise _already_primary(task, other)
+    existing = Document.objects.filter(issue=task, key=WORKFLOW_DOCUMENT_KEY).first()
+    if existing is not None:
+        raise Conflict("This issue already has a 'workflow' document; a bound case creates its own.",
+                       code="workflow_document_exists",
+                       details={"primaryTaskId": ["The issue already has a 'workflow' document."],
+                                "currentRevisionId": str(existing.latest_revision_id or "") or None})
+    return task
 
 
 def _seed_errors(workflow_document_text, initial_documents) -> dict:

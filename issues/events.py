@@ -24,6 +24,9 @@ document_written_atomic = Signal()  # document, revision, actor
 # request becomes its request.resolve command here (issues.runner.requests); an exception rolls back.
 interaction_responded_atomic = Signal()  # interaction, actor
 run_finished = Signal()  # run
+# Sent inside the transaction of an agent purge, before the row goes: an app whose retained history
+# names the agent refuses the purge by raising a Conflict (cases: handoffs keep their agents).
+agent_purging_atomic = Signal()  # agent
 sweep_ticked = Signal()  # now; sent synchronously by the periodic sweep; receivers return a report dict
 # The in-process worker (manage.py paperclip_worker) announces its life to the other apps: once at start
 # (restart recovery), then on every loop (work the embedded default has no broker for). Receivers return

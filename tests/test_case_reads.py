@@ -216,10 +216,9 @@ def test_continuation_after_a_task_edit_is_409(board_client, cases_company, sect
     assert walk(board_client, case, 50, **params)[0]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has no SQL digest; updated_at binds there")
 def test_same_length_edit_behind_the_orms_back_is_caught_by_the_sql_digest(board_client, cases_company):
-    """PostgreSQL binds the md5 of ``fields::text`` computed in SQL: even a same-length write that
-    leaves ``updated_at`` alone (a raw UPDATE) stops the continuation."""
+    """The snapshot binds the md5 of the paged text computed in SQL (PostgreSQL's md5(), SQLite's
+    paperclip_md5): even a same-length write that leaves ``updated_at`` alone stops the continuation."""
     case = make_case(cases_company, fields={"v": "a" * 500})
     data = first_page(board_client, case, section="fields")
     Case.objects.filter(pk=case.pk).update(fields={"v": "b" * 500})  # same length, same updated_at

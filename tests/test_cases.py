@@ -373,7 +373,8 @@ def test_workflow_definition_bad_input(board_client, cases_company):
 def test_case_created_with_a_workflow_definition(board_client, cases_company):
     definition = board_client.post(f"/api/companies/{cases_company.pk}/workflows",
                                    {"name": "Review", "prompt": "p"}, format="json").json()
-    data = create(board_client, cases_company, workflowDefinitionId=definition["id"], phase="intake")
+    data = create(board_client, cases_company, workflowDefinitionId=definition["id"], workflowDocumentText="p",
+                  phase="intake")
     assert data["currentWorkflow"] == {"id": definition["id"], "name": "Review",
                                        "fingerprint": definition["fingerprint"]}
     assert data["phase"] == "intake"

@@ -62,7 +62,7 @@ class World:
             actor=self.board, company=self.company, name="Triage", prompt="# Triage\n\n1. Read\n2. Decide")
         self.case, _ = case_services.case_create(
             actor=self.board, company=self.company, case_type="bug", title="Login broken",
-            kickoff="Users cannot log in", workflow_document_text="# Steps", fields={"severity": "high",
+            kickoff="Users cannot log in", workflow_document_text=None, fields={"severity": "high",
                                                                                    "env": {"os": "linux"}},
             workflow_definition_id=self.definition.pk)
         self.handoff = CaseHandoff.objects.create(
@@ -419,7 +419,7 @@ def test_run_log_polls_until_the_run_ends(world):
     live = client.get(log_url, {"after": "1"}, **HTMX)
     assert live.status_code == 200
     assert "second &lt;line&gt;" in text(live) and "hello from the agent" not in text(live)
-    assert f'after=2"' in text(live)  # the next poll continues after the last line
+    assert 'after=2"' in text(live)  # the next poll continues after the last line
 
     run_finish(run=HeartbeatRun.objects.get(pk=world.run.pk), status="succeeded")
     done = client.get(log_url, {"after": "2"}, **HTMX)

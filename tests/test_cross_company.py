@@ -245,6 +245,12 @@ def issue_path_cases():
                                       {"body": "overwritten", "baseRevisionId": s(t.revision)})),
             Case(f"document-revisions[{by}]", "issue-document-revisions", "GET",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/revisions", None)),
+            Case(f"document-quarantine[{by}]", "issue-document-quarantine", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/quarantine", {"reason": "x"}),
+                 control_status=(("agent", 403),)),  # board only
+            Case(f"document-release[{by}]", "issue-document-release", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/release", None),
+                 control_status=(("agent", 403),)),
             Case(f"interactions-list[{by}]", "issue-interactions", "GET",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/interactions", None)),
             Case(f"run-stop[{by}]", "issue-run-stop", "POST",
@@ -360,7 +366,6 @@ CASES = [
                                                                  "parentCaseId": s(t.case)})),
     Case("case-create-workflowDefinitionId", "company-cases", "POST",
          lambda o, t: (f"/api/companies/{s(o.company)}/cases", {"type": "review", "title": "x", "kickoff": "k",
-                                                                 "workflowDocumentText": "w",
                                                                  "workflowDefinitionId": s(t.workflow)})),
     Case("company-case-types", "company-case-types", "GET",
          lambda o, t: (f"/api/companies/{s(t.company)}/cases/types", None)),
@@ -441,6 +446,9 @@ CASES = [
     Case("agent-get", "agent-detail", "GET", lambda o, t: (f"/api/agents/{s(t.agent)}", None)),
     Case("agent-patch", "agent-detail", "PATCH", lambda o, t: (f"/api/agents/{s(t.agent)}", {"title": "hijacked"}),
          control_status=(("agent", 403),)),
+    # A's agent is named by its case handoffs: its own purge is the 409 that keeps them.
+    Case("agent-delete", "agent-detail", "DELETE", lambda o, t: (f"/api/agents/{s(t.agent)}", None),
+         control_status=(("agent", 403), ("board", 409))),
     Case("agent-patch-reportsTo", "agent-detail", "PATCH",
          lambda o, t: (f"/api/agents/{s(o.agent)}", {"reportsTo": s(t.agent)}),
          control_status=(("agent", 403), ("board", 422))),  # own id: the agent cannot report to itself

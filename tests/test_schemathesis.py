@@ -154,7 +154,7 @@ def build_world(capture):
     workflow = workflow_definition_create(actor=SYSTEM, company=company, name="Review",
                                           prompt="# Review\n\nRead, then hand on.")
     case, _ = case_create(actor=SYSTEM, company=company, case_type="review", title="A case", kickoff="Kick off",
-                          workflow_document_text="stateDiagram-v2", project_id=project.pk,
+                          project_id=project.pk,
                           workflow_definition_id=workflow.pk, fields={"customer": "ACME", "n": 1})
     case2, _ = case_create(actor=SYSTEM, company=company, case_type="review", title="A closing case",
                            kickoff="k", workflow_document_text="w")

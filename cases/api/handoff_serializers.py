@@ -5,7 +5,7 @@ from rest_framework import serializers
 from issues.api.serializers import IdField, StrictSerializer
 
 from ..choices import HandoffStatus, HandoffTarget, WorkflowAction
-from .serializers import InitialDocumentSerializer, JSONObjectField
+from .serializers import InitialDocumentSerializer, JSONObjectField, primary_task_field
 
 
 class HandoffRequestSerializer(StrictSerializer):
@@ -29,9 +29,10 @@ class HandoffRequestSerializer(StrictSerializer):
     projectId = IdField(required=False, allow_null=True)
     caseIdempotencyKey = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     initialDocuments = InitialDocumentSerializer(many=True, required=False, default=list)
+    primaryTaskId = primary_task_field()
 
     KICKOFF_ONLY = ("type", "title", "kickoff", "workflowDocumentText", "parentCaseId", "projectId",
-                    "initialDocuments", "caseIdempotencyKey")
+                    "initialDocuments", "caseIdempotencyKey", "primaryTaskId")
 
     def validate(self, attrs):
         errors = {}

@@ -22,7 +22,8 @@ class CompanyCaseHandoffsView(APIView):
                    responses={201: s.HandoffSerializer, 200: s.HandoffSerializer, **ERRORS},
                    operation_id="company_case_handoffs_create",
                    description="Without caseId: a kickoff creating the case and its primary task (workflowId or "
-                               "workflowDocumentText). With caseId: hand the primary task to `to` (an agent id) "
+                               "workflowDocumentText), or binding an existing issue as the primary task "
+                               "(primaryTaskId). With caseId: hand the primary task to `to` (an agent id) "
                                "or record a closure intent (`to: \"done\"`). 200 with the same handoff on a "
                                "replay of the principal's idempotency key.")
     def post(self, request, company_id):
@@ -45,7 +46,8 @@ class CompanyCaseHandoffsView(APIView):
                 workflow_document_text=data.get("workflowDocumentText"), summary=data["summary"],
                 fields=data["fields"], parent_id=data.get("parentCaseId"), project_id=data.get("projectId"),
                 phase=data.get("phase") or "", note=data["note"], initial_documents=data["initialDocuments"],
-                idempotency_key=data["idempotencyKey"], case_idempotency_key=data["caseIdempotencyKey"])
+                idempotency_key=data["idempotencyKey"], case_idempotency_key=data["caseIdempotencyKey"],
+                primary_task_id=data.get("primaryTaskId"))
         return _handoff_response(actor, handoff, created)
 
 

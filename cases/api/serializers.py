@@ -107,20 +107,34 @@ class InitialDocumentSerializer(StrictSerializer):
     format = serializers.CharField(required=False, allow_blank=True, default="")
 
 
+def primary_task_field():
+    return IdField(required=False, allow_null=True,
+                   help_text="Bind an existing issue of the company as the primary task instead of creating one "
+                             "(404 for another company's issue; 409 task_already_primary when it is another "
+                             "case's primary task, workflow_document_exists when it already has a 'workflow' "
+                             "document). Its title and description stay; the kickoff is posted as a comment.")
+
+
 class CaseCreateSerializer(StrictSerializer):
     type = serializers.CharField(max_length=100)
     title = serializers.CharField(max_length=500)
     kickoff = serializers.CharField(trim_whitespace=False, help_text="The primary task's description: what to do first.")
     workflowDocumentText = serializers.CharField(
-        trim_whitespace=False,
+        required=False, trim_whitespace=False,
         help_text="Saved verbatim as the primary task's document 'workflow'. Recommended: a Mermaid "
-                  "stateDiagram-v2 map plus prose for transitions, evidence, next agents and escalation.")
+                  "stateDiagram-v2 map plus prose for transitions, evidence, next agents and escalation. "
+                  "Required unless workflowDefinitionId is given; with it, omit the text (the definition's "
+                  "prompt is adopted) or repeat the prompt verbatim (a different text is a 400 "
+                  "workflow_text_mismatch).")
     summary = serializers.CharField(required=False, allow_blank=True, default="")
     status = CaseStatusField(default=CaseStatus.DRAFT)
     fields = JSONObjectField(required=False, default=dict)
     parentCaseId = IdField(required=False, allow_null=True)
     projectId = IdField(required=False, allow_null=True)
-    workflowDefinitionId = IdField(required=False, allow_null=True)
+    workflowDefinitionId = IdField(required=False, allow_null=True,
+                                   help_text="Adopt this definition: its prompt becomes the 'workflow' document "
+                                             "and its name and fingerprint are captured in the created event.")
+    primaryTaskId = primary_task_field()
     phase = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     idempotencyKey = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     initialDocuments = InitialDocumentSerializer(

@@ -40,10 +40,11 @@ class CompanyCasesView(APIView):
         data = parse(s.CaseCreateSerializer, request)
         case, created = services.case_create(
             actor=actor, company=company, case_type=data["type"], title=data["title"], kickoff=data["kickoff"],
-            workflow_document_text=data["workflowDocumentText"], summary=data["summary"], status=data["status"],
+            workflow_document_text=data.get("workflowDocumentText"), summary=data["summary"], status=data["status"],
             fields=data["fields"], parent_id=data.get("parentCaseId"), project_id=data.get("projectId"),
             workflow_definition_id=data.get("workflowDefinitionId"), phase=data["phase"],
             idempotency_key=data["idempotencyKey"], initial_documents=data["initialDocuments"],
+            primary_task_id=data.get("primaryTaskId"),
         )
         case = selectors.case_get(actor=actor, pk=case.pk)
         return Response(s.CaseSerializer(case).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

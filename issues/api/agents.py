@@ -1,5 +1,5 @@
 """Agents and runs over the API, upstream-compatible (paperclip-api.md §5.1): the company's
-agents, hire / update / permissions, pause / resume / terminate, keys, the on-demand heartbeat,
+agents, hire / update / delete / permissions, pause / resume / terminate, keys, the on-demand heartbeat,
 the agent's inbox-lite, and the board's run controls.
 
 Thin views: parse, call a selector or ``issues.services.agents`` / ``runs``, serialize. Board users
@@ -86,6 +86,17 @@ class AgentDetailView(APIView):
         if "reportsTo" in changes:
             changes["reportsTo"] = company_object(Agent, agent.company_id, changes["reportsTo"], "reportsTo")
         return agent_response(actor, agent_services.agent_update(actor=actor, agent=agent, changes=changes))
+
+    @extend_schema(request=None, responses={200: a.OkSerializer, **ERRORS}, operation_id="agents_destroy",
+                   description="Board only. Purge the agent with its runs, wakes, keys and cost events (its "
+                               "issues stay, unassigned). 409 `agent_case_history_retained` while case "
+                               "handoffs name it (terminate it instead: the handoffs keep naming it); 409 "
+                               "`agent_run_active` while it has a live run.")
+    def delete(self, request, agent_id):
+        actor = actor_from_request(request)
+        agent = selectors.agent_get(actor=actor, pk=agent_id)  # another company's agent: 404 for everyone
+        agent_services.agent_delete(actor=actor, agent=agent)
+        return Response(a.OkSerializer({"ok": True}).data)
 
 
 class AgentPermissionsView(APIView):

@@ -231,6 +231,10 @@ class DocumentSerializer(serializers.Serializer):
     latestRevisionNumber = serializers.IntegerField(source="revision_count")
     revisionId = serializers.UUIDField(source="latest_revision_id", allow_null=True)
     revisionNumber = serializers.IntegerField(source="revision_count")
+    # Withheld from agents' bounded case page reads: host-written, or quarantined by an operator.
+    system = serializers.BooleanField()
+    quarantinedAt = serializers.DateTimeField(source="quarantined_at", allow_null=True)
+    quarantineReason = serializers.CharField(source="quarantine_reason")
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
 

@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from . import approvals, views, wake, work_products
+from . import approvals, document_visibility, views, wake, work_products
 
 urlpatterns = [
     path("health", views.HealthView.as_view(), name="health"),
@@ -21,6 +21,10 @@ urlpatterns = [
     path("issues/<str:issue_id>/documents/<str:key>", views.IssueDocumentView.as_view(), name="issue-document"),
     path("issues/<str:issue_id>/documents/<str:key>/revisions", views.IssueDocumentRevisionsView.as_view(),
          name="issue-document-revisions"),
+    path("issues/<str:issue_id>/documents/<str:key>/quarantine",
+         document_visibility.IssueDocumentQuarantineView.as_view(), name="issue-document-quarantine"),
+    path("issues/<str:issue_id>/documents/<str:key>/release",
+         document_visibility.IssueDocumentReleaseView.as_view(), name="issue-document-release"),
     path("issues/<str:issue_id>/work-products", work_products.IssueWorkProductsView.as_view(),
          name="issue-work-products"),
     path("issues/<str:issue_id>/interactions", views.IssueInteractionsView.as_view(), name="issue-interactions"),

@@ -47,6 +47,13 @@ class Document(UUIDModel):
         "issues.DocumentRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     revision_count = models.PositiveIntegerField(default=0)
+    # Visibility to the bounded case page reads (cases.reading), which skip both kinds.
+    system = models.BooleanField(default=False, help_text="Written by the host for itself, not agent material.")
+    quarantined_at = models.DateTimeField(null=True, blank=True,
+                                          help_text="Set by an operator: withheld from agents' page reads.")
+    quarantined_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+")
+    quarantine_reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["key"]
@@ -54,6 +61,9 @@ class Document(UUIDModel):
             models.UniqueConstraint(fields=["issue", "key"], name="document_key_unique_per_issue"),
             models.CheckConstraint(condition=Q(key__regex=r"^[a-z0-9][a-z0-9_-]{0,63}$"), name="document_key_format"),
             choices_check("format", DocumentFormat, "document_format_valid"),
+            models.CheckConstraint(condition=Q(quarantined_at__isnull=False)
+                                   | Q(quarantined_by__isnull=True, quarantine_reason=""),
+                                   name="document_quarantine_fields_only_when_quarantined"),
         ]
 
     def __str__(self):

@@ -1,11 +1,13 @@
 """Agent lifecycle writes used by the operator console and the API: create rules, update,
-permissions, pause / resume / terminate (which stop the agent's live runs), adapter configuration,
+permissions, pause / resume / terminate (which stop the agent's live runs), delete, adapter configuration,
 and the on-demand heartbeat (``agent_wakeup`` like every wake)."""
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.db.models import RestrictedError
 from django.utils import timezone
 
+from issues import events
 from issues.actors import Actor
 from issues.adapters import AdapterConfigError, get_adapter
 from issues.choices import LIVE_RUN_STATUSES, AdapterType, AgentRole, AgentStatus, WakeSource
@@ -270,6 +272,32 @@ def agent_terminate(*, actor: Actor, agent: Agent) -> Agent:
                             entity_type="agent", entity_id=agent.pk, details={"from": previous, "revokedKeys": revoked})
         _stop_live_runs(actor, live, "agent_terminated")
     return agent
+
+
+def agent_delete(*, actor: Actor, agent: Agent) -> None:
+    """Board only: purge the agent with its runs, wakes, keys and cost events; issues it was
+    assigned or created keep their rows (unassigned). Refused (409) while another app's retained
+    history names the agent (``events.agent_purging_atomic``: case handoffs, terminate it instead)
+    and while it has a live run (stop it, or terminate the agent, first)."""
+    ensure_board(actor)
+    actor.ensure_can_write(agent.company_id)
+    with transaction.atomic():
+        live = _lock_live_runs(agent)
+        agent = _locked(agent)
+        events.agent_purging_atomic.send(sender=None, agent=agent)
+        if live:
+            raise Conflict("The agent has a live run; stop it (or terminate the agent) before deleting it.",
+                           code="agent_run_active",
+                           details={"agentId": str(agent.pk), "liveRunIds": [str(run.pk) for run in live]})
+        activity_record(actor=actor, company_id=agent.company_id, action="agent.deleted", entity_type="agent",
+                        entity_id=agent.pk, details={"name": agent.name, "status": agent.status})
+        try:
+            with transaction.atomic():
+                agent.delete()
+        except RestrictedError as exc:  # a reference no receiver named: the database rule still holds
+            kinds = sorted({obj._meta.verbose_name for obj in exc.restricted_objects})
+            raise Conflict("The agent is still referenced elsewhere.", code="agent_delete_restricted",
+                           details={"agentId": str(agent.pk), "referencedBy": kinds}) from None
 
 
 def agent_heartbeat_invoke(*, actor: Actor, agent: Agent) -> WakeupRequest:

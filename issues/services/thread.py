@@ -105,9 +105,13 @@ def _revision_details(document: Document) -> dict:
 
 
 def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: str | None = None,
-                   format: str | None = None, base_revision_id=None) -> DocumentRevision:
+                   format: str | None = None, base_revision_id=None, system: bool = False) -> DocumentRevision:
     """Write a new revision. ``base_revision_id`` must name the latest revision (None for a new
-    document); anything else is a 409 carrying the current revision so the writer can merge."""
+    document); anything else is a 409 carrying the current revision so the writer can merge.
+    ``system`` (the host only) creates the document as system-written: the host's own material,
+    which agents' bounded case reads never serve."""
+    if system and not actor.system:
+        raise Forbidden("Only the host writes system documents.", code="system_document")
     if not DOCUMENT_KEY.match(key or ""):
         raise InvalidInput(details={"key": ["Use 1-64 characters: lowercase letters, digits, '-' and '_'."]})
     if format is not None and format not in DocumentFormat.values:
@@ -123,7 +127,8 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
                                         details={"key": [key], "currentRevisionId": None,
                                                  "currentRevisionNumber": 0})
                 document = Document.objects.create(company_id=issue.company_id, issue=issue, key=key,
-                                                   title=title or "", format=format or DocumentFormat.MARKDOWN)
+                                                   title=title or "", format=format or DocumentFormat.MARKDOWN,
+                                                   system=system)
             elif str(base_revision_id or "") != str(document.latest_revision_id or ""):
                 raise StaleRevision(details=_revision_details(document))
             number = document.revision_count + 1
