@@ -4,25 +4,13 @@ workflow and phase, and the case page's handoff table shows a kept phase as kept
 import re
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from cases.models import Case, CaseHandoff
 from issues.models import Issue
 from tests.factories import AgentFactory, IssueFactory
 from tests.test_case_handoffs import definition, handoff, kickoff
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def console(board_user):
-    client = Client()
-    client.force_login(board_user)
-    return client
+from tests.test_console import console, fast_password_hashing  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
