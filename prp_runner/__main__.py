@@ -125,5 +125,16 @@ def _run(args, *, url: str, key: str, run_id: str, outbox: str) -> int:
     return Runner(config, harness).run()
 
 
+def _exit(code: int):
+    """End the process without interpreter finalization: a worker thread may still be inside a
+    long-poll (httpx) or sqlite3 when the run is over, and tearing modules down under a running
+    daemon thread can crash the process after a clean run. Everything durable is committed and
+    the outbox closed by now; only the standard streams need flushing."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

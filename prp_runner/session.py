@@ -41,6 +41,7 @@ log = logging.getLogger("prp_runner")
 EXIT_OK, EXIT_FATAL, EXIT_DRAIN_TIMEOUT = 0, 3, 4
 DEFAULT_LIMITS = {"maxBatchEvents": 100, "maxBatchBytes": 1 << 20}
 RUNNER_ONLY_ENV = ("PAPERCLIP_RUNNER_URL", "PAPERCLIP_AGENT_KEY")
+WORKER_JOIN_SECONDS = 2.0
 
 
 @dataclass
@@ -120,6 +121,7 @@ class Runner:
         self.config, self.harness = config, harness
         self.workspace = config.cwd or os.getcwd()
         self.redact = Redactor.for_run(config.key, os.environ)
+        self._workers: list[threading.Thread] = []
         self.control = TurnControl()
         self.interrupt_requested, self.cancel_requested = (self.control.interrupt_requested,
                                                            self.control.cancel_requested)
@@ -157,6 +159,8 @@ class Runner:
         finally:
             self.stopping.set()
             self.processes.kill_all()
+            for worker in self._workers:  # they see stopping; a long-poll in flight is left to its end
+                worker.join(timeout=WORKER_JOIN_SECONDS)
             if code == EXIT_OK and not self.config.keep_outbox:
                 self.outbox.delete()
             else:
@@ -175,8 +179,9 @@ class Runner:
         log.info("resume: %d events to send, %d commands applied (last controllerSeq %d)%s",
                  box.produced_seq - box.acked_seq, restored, box.applied_controller_seq,
                  ", turn " + self.turn_id if self.turn_id else "")
-        Sender(self).start()
-        CommandLane(self, applier).start()
+        self._workers = [Sender(self), CommandLane(self, applier)]
+        for worker in self._workers:
+            worker.start()
         self.after_command(resumed=True)
         while not self.done.wait(0.5):
             pass
