@@ -23,13 +23,10 @@ from tests.test_errors import assert_error
 SCRIPTS = ["duplicate-terminal", "error", "happy-path", "interrupted", "linger", "permission-input"]
 
 
-def test_every_phase_two_script_is_bundled_byte_for_byte():
-    from pathlib import Path
-
-    fixtures = Path(__file__).with_name("fixtures") / "prp" / "phase-02" / "scripts"
+def test_the_adapter_offers_the_six_bundled_scripts():
+    # Their bytes are checked against the fixtures in tests/test_prp_runner_harness.py.
     assert PrpAdapter.script_names() == SCRIPTS
-    for name in SCRIPTS:
-        assert bundled_script(name).read_bytes() == (fixtures / f"{name}.json").read_bytes()
+    assert all(bundled_script(name).is_file() for name in SCRIPTS)
 
 
 @pytest.mark.parametrize("config", [

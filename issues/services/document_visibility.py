@@ -7,17 +7,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from issues.actors import Actor
-from issues.exceptions import Forbidden, InvalidInput
+from issues.exceptions import InvalidInput
 from issues.models import Document
 
 from .activity import activity_record
+from .costs import require_board
 
 MAX_REASON = 500
 
 
 def _locked_for_operator(actor: Actor, document: Document) -> Document:
-    if not actor.is_board:  # agents never decide what other agents may read
-        raise Forbidden("Board access required", code="board_only")
+    require_board(actor)  # agents never decide what other agents may read
     actor.ensure_can_write(document.company_id)
     return Document.objects.select_for_update().get(pk=document.pk)
 
