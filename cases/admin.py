@@ -1,7 +1,7 @@
 """Django admin for cases. Cases and definitions are plain rows; events and handoffs are audit."""
 from django.contrib import admin
 
-from .models import Case, CaseEvent, CaseHandoff, CaseIssueLink, WorkflowDefinition
+from .models import Case, CaseDocument, CaseDocumentRevision, CaseEvent, CaseHandoff, CaseIssueLink, WorkflowDefinition
 
 
 class CaseIssueLinkInline(admin.TabularInline):
@@ -19,6 +19,29 @@ class CaseAdmin(admin.ModelAdmin):
     raw_id_fields = ("parent", "project", "primary_task", "current_workflow", "created_by_agent", "created_by_user")
     readonly_fields = ("number", "identifier", "created_at", "updated_at")
     inlines = [CaseIssueLinkInline]
+
+
+class CaseDocumentRevisionInline(admin.TabularInline):
+    """Revisions are history: written through the API, never edited here."""
+    model = CaseDocumentRevision
+    extra = 0
+    can_delete = False
+    fields = ("number", "title", "author_type", "author_agent", "author_user", "created_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(CaseDocument)
+class CaseDocumentAdmin(admin.ModelAdmin):
+    list_display = ("case", "key", "title", "revision_count", "system", "quarantined_at", "updated_at")
+    list_filter = ("system", "company")
+    search_fields = ("key", "title", "case__identifier")
+    raw_id_fields = ("case", "latest_revision", "quarantined_by")
+    readonly_fields = ("company", "case", "key", "latest_revision", "revision_count", "system", "created_at",
+                       "updated_at")
+    inlines = [CaseDocumentRevisionInline]
 
 
 @admin.register(CaseIssueLink)

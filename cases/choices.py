@@ -32,6 +32,7 @@ class CaseEventKind(models.TextChoices):
     HANDOFF_HELD = "handoff_held"  # the workflow document moved past the base revision
     HANDOFF_CANCELLED = "handoff_cancelled"  # by a principal, or invalidated (stop, cancel, reassignment)
     CLOSED = "closed"  # a closure intent met the primary task's accepted completion
+    DOCUMENT_REVISED = "document_revised"  # a case-owned document got a new revision
 
 
 class WorkflowAction(models.TextChoices):

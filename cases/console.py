@@ -1,5 +1,5 @@
 """Operator console pages of the cases app: the case list (the API's filters, sorting and
-grouping via ``selectors.case_browse``), the case page (facts, linked tasks, primary task documents,
+grouping via ``selectors.case_browse``), the case page (facts, linked tasks, primary task and case documents,
 handoff history with retry/cancel), workflow definitions (list, create, edit with a safe
 Markdown preview, fingerprint and usage), and the case panel of the issue page. Views are thin:
 selectors read, services write."""
@@ -137,6 +137,7 @@ def case_detail(request, ref):
         "company": case.company,
         "case": case,
         "documents": list(document_list(issue=case.primary_task)) if case.primary_task_id else [],
+        "case_documents": selectors.case_documents(case=case),
         "handoffs": list(CaseHandoff.objects.filter(case=case).select_related("from_agent", "to_agent", "workflow")
                          .order_by("-created_at", "-id")),
         "agents": assignable_agents(company=case.company),

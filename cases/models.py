@@ -5,7 +5,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
 
-from issues.choices import ActorType
+from issues.choices import ActorType, AuthorType, DocumentFormat
 from issues.models.base import UUIDModel, choices_check
 
 from .choices import (
@@ -187,5 +187,68 @@ class CaseHandoff(UUIDModel):
         return f"{self.case_id} handoff {self.status}"
 
 
-__all__ = ["Case", "CaseEvent", "CaseHandoff", "CaseIssueLink", "WorkflowDefinition", "CaseEventKind",
-           "CaseLinkRole"]
+class CaseDocument(UUIDModel):
+    """A document of the case itself (seed 001's "historical case-owned document"), beside the
+    primary and linked tasks' own documents. Key-addressed and revisioned like an issue document,
+    with the same visibility flags: agents' bounded page reads skip system and quarantined ones."""
+
+    company = models.ForeignKey("issues.Company", on_delete=models.CASCADE, related_name="+")
+    case = models.ForeignKey(Case, on_delete=models.CASCADE, related_name="documents")
+    key = models.CharField(max_length=64)
+    title = models.CharField(max_length=300, blank=True)
+    format = models.CharField(max_length=16, choices=DocumentFormat.choices, default=DocumentFormat.MARKDOWN)
+    latest_revision = models.ForeignKey("cases.CaseDocumentRevision", null=True, blank=True,
+                                        on_delete=models.SET_NULL, related_name="+")
+    revision_count = models.PositiveIntegerField(default=0)
+    system = models.BooleanField(default=False, help_text="Written by the host for itself, not agent material.")
+    quarantined_at = models.DateTimeField(null=True, blank=True,
+                                          help_text="Set by an operator: withheld from agents' page reads.")
+    quarantined_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+")
+    quarantine_reason = models.CharField(max_length=500, blank=True)
+
+    # Where an operator's quarantine/release is audited (issues.services.document_visibility).
+    activity_entity_type = "case"
+
+    @property
+    def activity_entity_id(self):
+        return self.case_id
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            models.UniqueConstraint(fields=["case", "key"], name="case_document_key_unique_per_case"),
+            models.CheckConstraint(condition=Q(key__regex=r"^[a-z0-9][a-z0-9_-]{0,63}$"),
+                                   name="case_document_key_format"),
+            choices_check("format", DocumentFormat, "case_document_format_valid"),
+            models.CheckConstraint(condition=Q(quarantined_at__isnull=False)
+                                   | Q(quarantined_by__isnull=True, quarantine_reason=""),
+                                   name="case_document_quarantine_fields_only_when_quarantined"),
+        ]
+
+    def __str__(self):
+        return f"{self.case_id}:{self.key}"
+
+
+class CaseDocumentRevision(UUIDModel):
+    document = models.ForeignKey(CaseDocument, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    title = models.CharField(max_length=300, blank=True)
+    body = models.TextField()
+    author_type = models.CharField(max_length=16, choices=AuthorType.choices)
+    author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    author_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL,
+                            related_name="+")
+
+    class Meta:
+        ordering = ["document", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["document", "number"], name="case_document_revision_number_unique"),
+            choices_check("author_type", AuthorType, "case_document_revision_author_type_valid"),
+        ]
+
+
+__all__ = ["Case", "CaseDocument", "CaseDocumentRevision", "CaseEvent", "CaseHandoff", "CaseIssueLink",
+           "WorkflowDefinition", "CaseEventKind", "CaseLinkRole"]

@@ -23,7 +23,7 @@ also one digest chunk at a time, see :mod:`cases.sqlite_digest`).
 Snapshots
 ---------
 Every answer carries a ``snapshot``: an opaque token binding the selected projection
-(``case``, ``fields`` or ``document:<issue>:<key>``), the case version (id, ``updated_at``,
+(``case``, ``fields``, ``casedocument:<key>`` or ``document:<issue>:<key>``), the case version (id, ``updated_at``,
 the projection's metadata bytes, the byte length of ``fields`` and the md5 of its JSON text
 computed by the database in the statement that cuts the page, on both databases), the primary
 task's version (id, ``updated_at``) and, for documents, the document identity, latest revision
@@ -56,7 +56,7 @@ from issues.models import Document, DocumentRevision, Issue
 from issues.selectors import get_by_ref, scoped_get
 
 from . import sqlite_digest
-from .models import Case, CaseHandoff, CaseIssueLink, WorkflowDefinition
+from .models import Case, CaseDocument, CaseDocumentRevision, CaseHandoff, CaseIssueLink, WorkflowDefinition
 from .selectors import CASE_RELATED
 
 DEFAULT_LIMIT_BYTES = 64 * 1024
@@ -334,8 +334,9 @@ def read_case(*, actor: Actor, pk, params: ReadParams) -> dict:
 
 # --- documents -------------------------------------------------------------------------------
 def case_document_issue(*, case: Case, issue_id=None) -> Issue:
-    """The task whose documents a case read may open: the primary task by default, or a task
-    linked to the case (any role) in the case's company. Anything else is a 404 that says no
+    """The task named by ``documentIssueId`` whose documents a case read may open: the primary
+    task (also when ``issue_id`` is None), or a task linked to the case (any role) in the case's
+    company. Anything else is a 404 that says no
     more than a missing document would."""
     not_found = NotFound("Document not found.")
     if issue_id is None:
@@ -357,33 +358,40 @@ PAGE_READABLE = {"system": False, "quarantined_at__isnull": True}
 
 
 def _read_document(*, actor: Actor, case: Case, params: ReadParams) -> dict:
-    """``section=document``: the current body of document ``documentKey`` of the primary task,
-    or of a linked task named by ``documentIssueId``, paged over its raw text (UTF-8 bytes).
+    """``section=document``: a document body, paged over its raw text (UTF-8 bytes).
 
-    This project has no case-owned document storage (documents belong to tasks), so the
-    seed's "historical case-owned document" is served from the primary task's document of the
-    same key. Every page re-checks that the task is still the primary task or linked to the
-    case and in the caller's company, and binds the snapshot to the document id, its latest
-    revision, the body length and the body md5."""
-    issue = case_document_issue(case=case, issue_id=params.document_issue_id)
-    document = (Document.objects.filter(issue=issue, key=params.document_key, **PAGE_READABLE)
-                .annotate(revision_number=F("latest_revision__number")).first())
+    ``documentKey`` alone selects the case's own document of that key (``cases.CaseDocument``,
+    seed 001's historical case-owned document); adding ``documentIssueId`` selects the current
+    document of the primary task or of a task linked to the case. Every page re-checks the
+    selection (the task still primary or linked, in the caller's company), skips system and
+    quarantined documents, and binds the snapshot to the document id, its latest revision, the
+    body length and the body md5."""
+    if params.document_issue_id is None:
+        owner, issue = "case", None
+        document = CaseDocument.objects.filter(case=case, key=params.document_key, **PAGE_READABLE)
+        revisions, projection = CaseDocumentRevision, f"casedocument:{params.document_key}"
+        task_component = _task_component(case)
+    else:
+        owner = "task"
+        issue = case_document_issue(case=case, issue_id=params.document_issue_id)
+        document = Document.objects.filter(issue=issue, key=params.document_key, **PAGE_READABLE)
+        revisions, projection = DocumentRevision, f"document:{issue.pk}:{params.document_key}"
+        task_component = (_task_component(case) if issue.pk == case.primary_task_id
+                          else _h(issue.pk, issue.updated_at.isoformat()))
+    document = document.annotate(revision_number=F("latest_revision__number")).first()
     if document is None or document.latest_revision_id is None:
         raise NotFound("Document not found.")
     revision_id = document.latest_revision_id
-    window_len = params.limit + 1
-    window = sql_window(DocumentRevision, "body", revision_id, params.offset, window_len)
+    window = sql_window(revisions, "body", revision_id, params.offset, params.limit + 1)
     if window is None:
         raise NotFound("Document not found.")
-    projection = f"document:{issue.pk}:{document.key}"
-    components = {"p": projection,
-                  "c": _h(case.pk, case.updated_at.isoformat()),
-                  "t": _task_component(case) if issue.pk == case.primary_task_id else _h(issue.pk, issue.updated_at.isoformat()),
+    components = {"p": projection, "c": _h(case.pk, case.updated_at.isoformat()), "t": task_component,
                   "d": _h(document.pk, revision_id, window.total, window.digest)}
     check_snapshot(params.snapshot, components)
     _check_offset(params.offset, window.total)
     page = _page(window.data, params.offset, params.limit, window.total)
-    doc = {"issueId": str(issue.pk), "issueIdentifier": issue.identifier, "key": document.key,
+    doc = {"owner": owner, "caseId": str(case.pk), "issueId": str(issue.pk) if issue else None,
+           "issueIdentifier": issue.identifier if issue else None, "key": document.key,
            "title": document.title, "format": document.format, "documentId": str(document.pk),
            "revisionId": str(revision_id), "revisionNumber": document.revision_number}
     return {"mode": "text", "projection": "document", "case": None, "document": doc, "readPage": page,

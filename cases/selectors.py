@@ -9,7 +9,7 @@ from issues.selectors import get_by_ref, list_window, scoped_get
 
 from .choices import CASE_STATUS_ORDER, CaseGroupBy, CaseSortField, SortDir
 from .filtersets import CaseFilterSet, WorkflowDefinitionFilterSet
-from .models import Case, WorkflowDefinition
+from .models import Case, CaseDocument, WorkflowDefinition
 
 CASE_RELATED = ("company", "project", "primary_task", "current_workflow")
 SORT_COLUMNS = {
@@ -132,19 +132,23 @@ def case_events(*, case: Case, params) -> dict:
     return {"items": list(qs[offset: offset + limit]), "total": qs.count(), "limit": limit, "offset": offset}
 
 
-def case_document_revisions(*, case: Case, key: str, params):
-    """Revisions (oldest first) of document ``key`` of the case's primary task.
+def case_documents(*, case: Case) -> list:
+    """The case's own documents (key order) with their latest revision (one query)."""
+    return list(CaseDocument.objects.filter(case=case).select_related("latest_revision").order_by("key"))
 
-    Documents belong to tasks in this project; there is no separate case-owned document
-    store, so a case's document ``key`` *is* its primary task's document ``key`` (the
-    procedure lives in the primary task's ``workflow`` document). A case without a primary
-    task, or a task without that document, is a 404."""
-    from issues.models import Document
 
-    document = Document.objects.filter(issue_id=case.primary_task_id, key=key).first() \
-        if case.primary_task_id else None
+def case_document_get(*, case: Case, key: str) -> CaseDocument:
+    """The case's own document ``key``; a 404 when the case has none of that key."""
+    document = CaseDocument.objects.filter(case=case, key=key).select_related("latest_revision").first()
     if document is None:
         raise NotFound("Document not found.")
+    return document
+
+
+def case_document_revisions(*, case: Case, key: str, params):
+    """Revisions (oldest first) of the case's own document ``key`` (a task's document revisions
+    are at ``/api/issues/{id}/documents/{key}/revisions``)."""
+    document = case_document_get(case=case, key=key)
     limit, offset = list_window(params)
     return document.revisions.order_by("number")[offset: offset + limit]
 

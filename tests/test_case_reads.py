@@ -14,11 +14,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cases.choices import CASE_STATUS_ORDER
+from cases.documents import case_document_write
 from cases.models import Case, CaseEvent, CaseIssueLink, WorkflowDefinition
 from cases.selectors import case_browse
 from cases.services import case_create, workflow_definition_create
 from issues.actors import SYSTEM
-from issues.models import ActivityLog, DocumentRevision, Issue
+from issues.models import ActivityLog, Issue
 from issues.services.thread import document_write
 from tests.conftest import is_postgres
 from tests.factories import CompanyFactory, IssueFactory, MembershipFactory, ProjectFactory
@@ -229,7 +230,8 @@ def test_projection_mismatch_is_409(board_client, cases_company):
     case = make_case(cases_company, fields=big_fields(40))
     data = first_page(board_client, case, section="fields")
     assert_stale(continue_read(board_client, case, data), "projection")
-    assert_stale(continue_read(board_client, case, data, section="document", documentKey="workflow"), "projection")
+    assert_stale(continue_read(board_client, case, data, section="document", documentKey="workflow",
+                               documentIssueId=case.primary_task_id), "projection")
 
 
 def test_link_change_invalidates_the_case_projection(board_client, cases_company):
@@ -243,21 +245,25 @@ def test_link_change_invalidates_the_case_projection(board_client, cases_company
 # --- document sections -------------------------------------------------------------------------
 
 
-def test_document_section_pages_the_primary_task_document(board_client, cases_company):
+def test_document_section_with_documentIssueId_pages_the_primary_task_document(board_client, cases_company):
     body = ("# Procedure " + MULTI + "\n") * 40
     case = make_case(cases_company, workflow_text=body)
-    raw, pages, straddles = walk(board_client, case, 9, section="document", documentKey="workflow")
+    task_doc = {"section": "document", "documentKey": "workflow", "documentIssueId": case.primary_task_id}
+    raw, pages, straddles = walk(board_client, case, 9, **task_doc)
     assert raw.decode("utf-8") == body and straddles > 0
     doc = pages[0]["document"]
     assert doc["key"] == "workflow" and doc["issueId"] == str(case.primary_task_id) and doc["revisionNumber"] == 1
+    assert doc["owner"] == "task" and doc["caseId"] == str(case.pk)
     assert pages[0]["versions"]["documentRevisionId"] == doc["revisionId"]
+    # Without documentIssueId the key names the case's own document: this case has none.
+    assert read(board_client, case, section="document", documentKey="workflow").status_code == 404
     # An edit of the document (a new revision) stops the continuation; restarting reads the new body.
-    data = first_page(board_client, case, section="document", documentKey="workflow")
+    data = first_page(board_client, case, **task_doc)
     task = Issue.objects.get(pk=case.primary_task_id)
     document_write(actor=SYSTEM, issue=task, key="workflow", body=body.replace("Procedure", "Prozedur!"),
                    base_revision_id=doc["revisionId"])
-    assert_stale(continue_read(board_client, case, data, section="document", documentKey="workflow"), "document")
-    raw, pages, _ = walk(board_client, case, 64, section="document", documentKey="workflow")
+    assert_stale(continue_read(board_client, case, data, **task_doc), "document")
+    raw, pages, _ = walk(board_client, case, 64, **task_doc)
     assert raw.decode() == body.replace("Procedure", "Prozedur!") and pages[0]["document"]["revisionNumber"] == 2
 
 
@@ -398,21 +404,6 @@ def test_case_events_oldest_first_and_paginated(board_client, cases_company):
     assert [e["id"] for p in pages for e in p["items"]] == ids
 
 
-def test_case_document_revisions_are_the_primary_task_documents(board_client, cases_company):
-    case = make_case(cases_company, workflow_text="v1")
-    task = Issue.objects.get(pk=case.primary_task_id)
-    latest = DocumentRevision.objects.get(document__issue=task, number=1)
-    document_write(actor=SYSTEM, issue=task, key="workflow", body="v2 " + MULTI, base_revision_id=latest.pk)
-    response = board_client.get(f"/api/cases/{case.pk}/documents/workflow/revisions")
-    assert response.status_code == 200
-    assert [(r["number"], r["body"]) for r in response.json()] == [(1, "v1"), (2, "v2 " + MULTI)]
-    same = board_client.get(f"/api/issues/{task.pk}/documents/workflow/revisions").json()
-    assert same == response.json()
-    assert board_client.get(f"/api/cases/{case.pk}/documents/workflow/revisions?limit=1&offset=1").json()[0][
-        "number"] == 2
-    assert board_client.get(f"/api/cases/{case.pk}/documents/plan/revisions").status_code == 404
-
-
 # --- task links ----------------------------------------------------------------------------------
 
 
@@ -531,6 +522,8 @@ def new_routes(case, issue, definition, key="workflow"):
         ("get", f"/api/cases/{case.pk}?agentRead=true&section=document&documentKey={key}", None),
         ("get", f"/api/workflows/{definition.pk}?offsetBytes=0&limitBytes=10", None),
         ("get", f"/api/cases/{case.pk}/events", None),
+        ("get", f"/api/cases/{case.pk}/documents", None),
+        ("get", f"/api/cases/{case.pk}/documents/{key}", None),
         ("get", f"/api/cases/{case.pk}/documents/{key}/revisions", None),
         ("post", f"/api/cases/{case.pk}/links", {"issueId": str(issue.pk), "role": "work"}),
         ("delete", f"/api/cases/{case.pk}/links/{issue.pk}", None),
@@ -546,6 +539,7 @@ def call(client, method, path, data):
 def test_other_companys_objects_are_404_on_every_new_route(board_client, cases_company):
     other = CompanyFactory(enable_cases=True)
     case = make_case(other, fields=big_fields(10))
+    case_document_write(actor=SYSTEM, case=case, key="workflow", body="secret case notes")
     issue = IssueFactory(company=other)
     CaseIssueLink.objects.create(company=other, case=case, issue=issue, role="work")
     definition = workflow_definition_create(actor=SYSTEM, company=other, name="B", prompt="secret")
@@ -575,6 +569,7 @@ def test_other_companys_objects_are_404_on_every_new_route(board_client, cases_c
 
 def test_flag_off_new_routes_are_404(board_client, cases_company):
     case = make_case(cases_company, fields=big_fields(10))
+    case_document_write(actor=SYSTEM, case=case, key="workflow", body="case notes")
     issue = IssueFactory(company=cases_company)
     CaseIssueLink.objects.create(company=cases_company, case=case, issue=issue, role="work")
     definition = workflow_definition_create(actor=SYSTEM, company=cases_company, name="A", prompt="p" * 40)

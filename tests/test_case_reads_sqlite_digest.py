@@ -57,7 +57,7 @@ def test_same_length_fields_edit_behind_the_orm_is_409(board_client, cases_compa
 def test_same_length_document_edit_behind_the_orm_is_409(board_client, cases_company):
     body = ("# Procedure " + MULTI + "\n") * 20
     case = make_case(cases_company, workflow_text=body)
-    params = {"section": "document", "documentKey": "workflow"}
+    params = {"section": "document", "documentKey": "workflow", "documentIssueId": str(case.primary_task_id)}
     data = first_page(board_client, case, **params)
     revision_id = data["document"]["revisionId"]
     edited = body.replace("Procedure", "Prozedure")

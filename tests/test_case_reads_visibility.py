@@ -3,6 +3,7 @@ bound to the selected document's identity. Quarantine is a board-only, audited A
 import pytest
 from rest_framework.test import APIClient
 
+from cases.documents import case_document_write
 from issues.actors import SYSTEM
 from issues.exceptions import Forbidden
 from issues.models import ActivityLog, Document, Issue
@@ -14,6 +15,11 @@ from tests.test_errors import assert_error
 pytestmark = pytest.mark.django_db
 
 DOC = {"section": "document", "documentKey": "workflow"}
+
+
+def task_doc(case):
+    """The primary task's ``workflow`` document (documentKey alone names the case's own)."""
+    return {**DOC, "documentIssueId": str(case.primary_task_id)}
 
 
 def doc_url(issue_id, key="workflow"):
@@ -39,7 +45,8 @@ def test_system_documents_are_never_paged(board_client, cases_company):
     case = make_case(cases_company)
     task = Issue.objects.get(pk=case.primary_task_id)
     document_write(actor=SYSTEM, issue=task, key="host-notes", body="the host's own bookkeeping", system=True)
-    response = read(board_client, case, section="document", documentKey="host-notes")
+    response = read(board_client, case, section="document", documentKey="host-notes",
+                    documentIssueId=str(task.pk))
     assert response.status_code == 404 and response.json() == missing(board_client, case)
     # The operator still sees it in the thread, marked as system-written.
     shown = board_client.get(doc_url(task.pk, "host-notes")).json()
@@ -60,15 +67,15 @@ def test_quarantine_hides_the_document_from_page_reads_until_released(board_clie
     body = "step one\n" * 40
     case = make_case(cases_company, workflow_text=body)
     task_id = case.primary_task_id
-    data = first_page(board_client, case, **DOC)
+    data = first_page(board_client, case, **task_doc(case))
 
     response = quarantine(board_client, task_id, reason="prompt injection in step 3")
     assert response.status_code == 200, response.content
     shown = response.json()
     assert shown["quarantinedAt"] and shown["quarantineReason"] == "prompt injection in step 3"
     # The next page of a read in progress, and a new read, answer like a missing document.
-    assert continue_read(board_client, case, data, **DOC).json() == missing(board_client, case)
-    assert read(board_client, case, **DOC).json() == missing(board_client, case)
+    assert continue_read(board_client, case, data, **task_doc(case)).json() == missing(board_client, case)
+    assert read(board_client, case, **task_doc(case)).json() == missing(board_client, case)
     # Quarantining again keeps the first quarantine and records nothing more.
     again = quarantine(board_client, task_id, reason="other")
     assert again.status_code == 200 and again.json()["quarantineReason"] == "prompt injection in step 3"
@@ -83,8 +90,8 @@ def test_quarantine_hides_the_document_from_page_reads_until_released(board_clie
     assert response.json()["quarantineReason"] == ""
     assert ActivityLog.objects.filter(company=cases_company, action="document.released").count() == 1
     # The content never changed: the old snapshot continues, a new read starts again.
-    assert continue_read(board_client, case, data, **DOC).status_code == 200
-    assert read(board_client, case, offsetBytes=0, limitBytes=4096, **DOC).json()["readPage"]["text"] == body
+    assert continue_read(board_client, case, data, **task_doc(case)).status_code == 200
+    assert read(board_client, case, offsetBytes=0, limitBytes=4096, **task_doc(case)).json()["readPage"]["text"] == body
     assert release(board_client, task_id).status_code == 200
     assert ActivityLog.objects.filter(company=cases_company, action="document.released").count() == 1
 
@@ -98,7 +105,7 @@ def test_quarantine_of_a_linked_task_document(board_client, cases_company):
     data = first_page(board_client, case, **params)
     assert quarantine(board_client, linked.pk, "notes").status_code == 200
     assert_error(continue_read(board_client, case, data, **params), 404, "not_found")
-    assert read(board_client, case, **DOC).status_code == 200  # the primary task's workflow is unaffected
+    assert read(board_client, case, **task_doc(case)).status_code == 200  # the primary task's workflow is unaffected
 
 
 def test_quarantine_is_board_only_with_a_write_role(make_agent_client, cases_company):
@@ -150,9 +157,12 @@ def test_document_issue_id_selects_the_primary_or_a_linked_task(board_client, ca
     linked = IssueFactory(company=cases_company)
     document_write(actor=SYSTEM, issue=linked, key="workflow", body="linked procedure")
     board_client.post(f"/api/cases/{case.pk}/links", {"issueId": str(linked.pk), "role": role}, format="json")
+    case_document_write(actor=SYSTEM, case=case, key="workflow", body="the case's own procedure")
     by_default = read(board_client, case, limitBytes=4096, **DOC).json()
     primary = read(board_client, case, limitBytes=4096, documentIssueId=str(case.primary_task_id), **DOC).json()
     other = read(board_client, case, limitBytes=4096, documentIssueId=str(linked.pk), **DOC).json()
-    assert by_default["readPage"]["text"] == primary["readPage"]["text"] == "primary procedure"
-    assert primary["document"]["issueId"] == str(case.primary_task_id) and primary["snapshot"] == by_default["snapshot"]
+    assert by_default["readPage"]["text"] == "the case's own procedure" and by_default["document"]["owner"] == "case"
+    assert by_default["document"]["issueId"] is None
+    assert primary["readPage"]["text"] == "primary procedure" and primary["document"]["owner"] == "task"
+    assert primary["document"]["issueId"] == str(case.primary_task_id) and primary["snapshot"] != by_default["snapshot"]
     assert other["readPage"]["text"] == "linked procedure" and other["document"]["issueId"] == str(linked.pk)

@@ -24,6 +24,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from cases.documents import case_document_write
 from cases.models import Case as CaseRecord
 from cases.handoffs import handoff_request
 from cases.models import CaseEvent, CaseHandoff, CaseIssueLink, WorkflowDefinition
@@ -93,6 +94,7 @@ def build_company(prefix):
                                           prompt=f"{prefix} review procedure")
     case, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=f"{prefix} case",
                           kickoff=f"{prefix} kickoff", workflow_document_text=f"{prefix} workflow", project_id=project.pk)
+    case_document_write(actor=SYSTEM, case=case, key="notes", body=f"{prefix} case notes")
     case2, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=f"{prefix} closing case",
                            kickoff="k", workflow_document_text="w")
     # Both primary tasks are the agent's own work, so the agent may hand them off and cancel intents.
@@ -386,15 +388,26 @@ CASES = [
     Case("case-agent-read-fields", "case-detail", "GET",
          lambda o, t: (f"/api/cases/{s(t.case)}?agentRead=true&section=fields&limitBytes=8", None)),
     Case("case-agent-read-document", "case-detail", "GET",
-         lambda o, t: (f"/api/cases/{s(t.case)}?agentRead=true&section=document&documentKey=workflow", None)),
+         lambda o, t: (f"/api/cases/{s(t.case)}?agentRead=true&section=document&documentKey=notes", None)),
     Case("case-agent-read-documentIssueId", "case-detail", "GET",
          lambda o, t: (f"/api/cases/{s(o.case)}?agentRead=true&section=document&documentKey=workflow"
                        f"&documentIssueId={s(case_task(t))}", None)),
     Case("workflow-prompt-page", "workflow-detail", "GET",
          lambda o, t: (f"/api/workflows/{s(t.workflow)}?offsetBytes=0&limitBytes=8", None)),
     Case("case-events", "case-events", "GET", lambda o, t: (f"/api/cases/{s(t.case)}/events", None)),
+    # case-owned documents (cases/api/document_views.py)
+    Case("case-documents", "case-documents", "GET", lambda o, t: (f"/api/cases/{s(t.case)}/documents", None)),
+    Case("case-document-get", "case-document", "GET",
+         lambda o, t: (f"/api/cases/{s(t.case)}/documents/notes", None)),
+    Case("case-document-put", "case-document", "PUT",
+         lambda o, t: (f"/api/cases/{s(t.case)}/documents/hijack", {"body": "hijacked"})),
     Case("case-document-revisions", "case-document-revisions", "GET",
-         lambda o, t: (f"/api/cases/{s(t.case)}/documents/workflow/revisions", None)),
+         lambda o, t: (f"/api/cases/{s(t.case)}/documents/notes/revisions", None)),
+    Case("case-document-quarantine", "case-document-quarantine", "POST",
+         lambda o, t: (f"/api/cases/{s(t.case)}/documents/notes/quarantine", {"reason": "x"}),
+         control_status=(("agent", 403),)),  # board only
+    Case("case-document-release", "case-document-release", "POST",
+         lambda o, t: (f"/api/cases/{s(t.case)}/documents/notes/release", None), control_status=(("agent", 403),)),
     Case("case-links-create", "case-links", "POST",
          lambda o, t: (f"/api/cases/{s(t.case)}/links", {"issueId": s(t.issue2), "role": "work"})),
     Case("case-links-create-issueId", "case-links", "POST",

@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from cases.documents import case_document_write
 from cases.models import Case, CaseEvent, WorkflowDefinition
 from cases.services import case_create, workflow_definition_create
 from connectors.models import Conflict, InboundEvent, OutboundEffect, TaskLink
@@ -89,6 +90,7 @@ def w(company, make_agent_client, monkeypatch):
     issue = IssueFactory(company=company, title="Hostile", assignee_agent=me.agent)
     case, _ = case_create(actor=SYSTEM, company=company, case_type="review", title="A case", kickoff="k",
                           workflow_document_text="w", fields={"a": 1})
+    case_document_write(actor=SYSTEM, case=case, key="notes", body="case notes")
     workflow = workflow_definition_create(actor=SYSTEM, company=company, name="Procedure", prompt="Do it. " * 20)
     monkeypatch.setenv("PAPERCLIP_SECRET_HOSTILE_HOOK", GITHUB_SECRET)
     instance = instance_create(actor=SYSTEM, company=company, name="gh", provider_key="github_issues",
@@ -114,7 +116,7 @@ def list_endpoints(w):
         ("workflows", w.board, f"/api/companies/{c}/workflows"),
         ("connectors", w.board, f"/api/companies/{c}/connectors"),
         ("case-events", w.board, f"/api/cases/{w.case.pk}/events"),
-        ("case-document-revisions", w.board, f"/api/cases/{w.case.pk}/documents/workflow/revisions"),
+        ("case-document-revisions", w.board, f"/api/cases/{w.case.pk}/documents/notes/revisions"),
         ("agent-tool-conflicts", w.me, f"/api/agent-tools/connector/conflicts?issue={w.issue.pk}"),
         ("link-activity", w.board, f"/api/connector-links/{link}/activity"),
         ("link-outbound", w.board, f"/api/connector-links/{link}/outbound"),
@@ -213,8 +215,9 @@ def test_case_agent_read_past_the_end_is_the_documented_400(w, offset):
     response = w.board.get(f"/api/cases/{w.case.pk}?agentRead=true&limitBytes=8&offsetBytes={offset}"
                            f"&snapshot={case_first['snapshot']}")
     assert_error(response, 400, "invalid_offset", fields=["offsetBytes"])
-    doc_first = w.board.get(f"/api/cases/{w.case.pk}?agentRead=true&section=document&documentKey=workflow").json()
-    response = w.board.get(f"/api/cases/{w.case.pk}?agentRead=true&section=document&documentKey=workflow"
+    doc = f"section=document&documentKey=workflow&documentIssueId={w.case.primary_task_id}"
+    doc_first = w.board.get(f"/api/cases/{w.case.pk}?agentRead=true&{doc}").json()
+    response = w.board.get(f"/api/cases/{w.case.pk}?agentRead=true&{doc}"
                            f"&offsetBytes={offset}&snapshot={doc_first['snapshot']}")
     assert_error(response, 400, "invalid_offset", fields=["offsetBytes"])
 

@@ -15,9 +15,10 @@ class CaseReadQuerySerializer(serializers.Serializer):
                                       help_text="fields: page the JSON text of the case's fields; document: page a "
                                                 "document body. Omitted: the whole case (structured when small).")
     documentKey = serializers.RegexField(r"^[a-z0-9][a-z0-9_-]{0,63}$", required=False,
-                                         help_text="With section=document: the document key.")
-    documentIssueId = IdField(required=False, help_text="With section=document: the primary task (default) or a "
-                                                        "task linked to the case.")
+                                         help_text="With section=document: the document key. Alone it reads the "
+                                                   "case's own document of that key.")
+    documentIssueId = IdField(required=False, help_text="With section=document: read the document of this task "
+                                                        "instead (the primary task or a task linked to the case).")
     offsetBytes = serializers.IntegerField(required=False, min_value=0,
                                            help_text="Byte offset into the UTF-8 encoding of the paged text; "
                                                      "a previous page's nextOffsetBytes.")
@@ -73,8 +74,12 @@ class ReadPageSerializer(serializers.Serializer):
 
 
 class ReadDocumentSerializer(serializers.Serializer):
-    issueId = serializers.UUIDField()
-    issueIdentifier = serializers.CharField()
+    owner = serializers.ChoiceField(choices=[("case", "case"), ("task", "task")],
+                                    help_text="case: the case's own document (documentKey alone); task: a "
+                                              "document of the task named by documentIssueId.")
+    caseId = serializers.UUIDField()
+    issueId = serializers.UUIDField(allow_null=True)
+    issueIdentifier = serializers.CharField(allow_null=True)
     key = serializers.CharField()
     title = serializers.CharField()
     format = serializers.CharField()

@@ -6,8 +6,6 @@ from . import read_views
 
 urlpatterns = [
     path("cases/<str:case_id>/events", read_views.CaseEventsView.as_view(), name="case-events"),
-    path("cases/<str:case_id>/documents/<str:key>/revisions", read_views.CaseDocumentRevisionsView.as_view(),
-         name="case-document-revisions"),
     path("cases/<str:case_id>/links", read_views.CaseLinksView.as_view(), name="case-links"),
     path("cases/<str:case_id>/links/<str:issue_id>", read_views.CaseLinkDetailView.as_view(),
          name="case-link-detail"),

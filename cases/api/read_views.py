@@ -7,7 +7,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from issues.actors import actor_from_request
-from issues.api.serializers import RevisionSerializer
 from issues.api.views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, parse
 from issues.exceptions import InvalidInput
 
@@ -70,19 +69,6 @@ class CaseEventsView(APIView):
     def get(self, request, case_id):
         case = selectors.case_get(actor=actor_from_request(request), pk=case_id)
         return Response(rs.CaseEventPageSerializer(selectors.case_events(case=case, params=request.query_params)).data)
-
-
-class CaseDocumentRevisionsView(APIView):
-    @extend_schema(parameters=[CASE_ID_PARAM, *LIST_PARAMS],
-                   responses={200: RevisionSerializer(many=True), **ERRORS},
-                   operation_id="cases_documents_revisions",
-                   description="Revisions (oldest first) of the case's document `key`. Case documents are the "
-                               "primary task's documents (there is no separate case-owned store): this lists the "
-                               "revisions of the primary task's document `key`.")
-    def get(self, request, case_id, key):
-        case = selectors.case_get(actor=actor_from_request(request), pk=case_id)
-        revisions = selectors.case_document_revisions(case=case, key=key, params=request.query_params)
-        return Response(RevisionSerializer(revisions, many=True).data)
 
 
 # --- task links ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import handoff_views, views
+from . import document_views, handoff_views, views
 
 urlpatterns = [
     path("companies/<str:company_id>/cases", views.CompanyCasesView.as_view(), name="company-cases"),
@@ -12,6 +12,14 @@ urlpatterns = [
          name="workflow-detail"),
     path("companies/<str:company_id>/case-handoffs", handoff_views.CompanyCaseHandoffsView.as_view(),
          name="company-case-handoffs"),
+    path("cases/<str:case_id>/documents", document_views.CaseDocumentsView.as_view(), name="case-documents"),
+    path("cases/<str:case_id>/documents/<str:key>", document_views.CaseDocumentView.as_view(), name="case-document"),
+    path("cases/<str:case_id>/documents/<str:key>/revisions", document_views.CaseDocumentRevisionsView.as_view(),
+         name="case-document-revisions"),
+    path("cases/<str:case_id>/documents/<str:key>/quarantine", document_views.CaseDocumentQuarantineView.as_view(),
+         name="case-document-quarantine"),
+    path("cases/<str:case_id>/documents/<str:key>/release", document_views.CaseDocumentReleaseView.as_view(),
+         name="case-document-release"),
     path("cases/<str:case_id>/handoffs", handoff_views.CaseHandoffsView.as_view(), name="case-handoffs"),
     path("cases/<str:case_id>/handoffs/<str:handoff_id>/retry", handoff_views.CaseHandoffRetryView.as_view(),
          name="case-handoff-retry"),

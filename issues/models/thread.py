@@ -55,6 +55,13 @@ class Document(UUIDModel):
                                        related_name="+")
     quarantine_reason = models.CharField(max_length=500, blank=True)
 
+    # Where an operator's quarantine/release is audited (issues.services.document_visibility).
+    activity_entity_type = "issue"
+
+    @property
+    def activity_entity_id(self):
+        return self.issue_id
+
     class Meta:
         ordering = ["key"]
         constraints = [

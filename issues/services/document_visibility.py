@@ -1,6 +1,7 @@
-"""Operator quarantine of issue documents: a quarantined document stays in the thread and its
-revisions stay intact, but agents' bounded case page reads (cases.reading) no longer serve it
-until an operator releases it."""
+"""Operator quarantine of documents (an issue's, or a case's own ``cases.CaseDocument``, which has
+the same visibility fields): a quarantined document stays where it is and its revisions stay
+intact, but agents' bounded case page reads (cases.reading) no longer serve it until an operator
+releases it."""
 from __future__ import annotations
 
 from django.db import transaction
@@ -19,12 +20,12 @@ MAX_REASON = 500
 def _locked_for_operator(actor: Actor, document: Document) -> Document:
     require_board(actor)  # agents never decide what other agents may read
     actor.ensure_can_write(document.company_id)
-    return Document.objects.select_for_update().get(pk=document.pk)
+    return type(document).objects.select_for_update().get(pk=document.pk)
 
 
 def _audit(actor: Actor, document: Document, action: str, **details):
-    activity_record(actor=actor, company_id=document.company_id, action=action, entity_type="issue",
-                    entity_id=document.issue_id,
+    activity_record(actor=actor, company_id=document.company_id, action=action,
+                    entity_type=document.activity_entity_type, entity_id=document.activity_entity_id,
                     details={"key": document.key, "documentId": str(document.pk), **details})
 
 

@@ -20,7 +20,8 @@ from .wakeups import wake_assignee
 DOCUMENT_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
-def _author(actor: Actor) -> dict:
+def revision_author(actor: Actor) -> dict:
+    """Author columns of a revision (or comment) written by ``actor``."""
     return {
         "author_type": AuthorType.AGENT if actor.is_agent else (AuthorType.USER if actor.is_board else AuthorType.SYSTEM),
         "author_agent": actor.agent,
@@ -59,7 +60,7 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
     with transaction.atomic():
         if not _locked:
             issue = _lock_for_write(actor, issue, owner_only=False)
-        fields = _author(actor)
+        fields = revision_author(actor)
         if author_type:
             fields["author_type"] = author_type
         comment = Comment.objects.create(company_id=issue.company_id, issue=issue, body=body,
@@ -134,7 +135,7 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
             number = document.revision_count + 1
             revision = DocumentRevision.objects.create(
                 document=document, number=number, title=title if title is not None else document.title,
-                body=body, **_author(actor),
+                body=body, **revision_author(actor),
             )
             document.latest_revision = revision
             document.revision_count = number
