@@ -62,7 +62,7 @@ class Command(BaseCommand):
 
         def execute(run_id):
             try:
-                dispatch.run_execute(run_id=run_id, owner=owner)
+                dispatch.run_execute(run_id=run_id, owner=owner, claimed_by=owner)
             finally:
                 connection.close()
                 with lock:
@@ -75,12 +75,14 @@ class Command(BaseCommand):
                 if time.monotonic() - last_sweep >= sweep:
                     scheduling.sweep(owner=owner)
                     last_sweep = time.monotonic()
-                for run_id in dispatch.dispatch_runs():
+                with lock:
+                    free = concurrency - len(in_flight)
+                # Claim only what the pool can start now: a claimed run counts as running.
+                claimed = dispatch.dispatch_claim(owner=owner, max_claims=free) if free > 0 else []
+                for run in claimed:
                     with lock:
-                        if run_id in in_flight or len(in_flight) >= concurrency:
-                            continue
-                        in_flight.add(run_id)
-                    pool.submit(execute, run_id)
+                        in_flight.add(run.pk)
+                    pool.submit(execute, run.pk)
                 if once:
                     break
                 stopping.wait(poll)
