@@ -1,12 +1,13 @@
 # Two commands do all set-up on a fresh machine with only Python 3.11+:
 #   make run   - virtualenv, install, migrate, demo company, server on 127.0.0.1:8000
 #   make test  - virtualenv, install, the whole suite (parallel)
+#   make serve - production: migrate, collectstatic, gunicorn (gunicorn.conf.py), DEBUG off
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_WORKERS ?= auto
 
-.PHONY: run test install migrate demo schema bench clean
+.PHONY: run test install migrate demo schema bench clean serve
 
 # The demo: the GitHub sandbox on loopback is the one non-public address the server may call (plain
 # http, loopback only), and its token and webhook secret are fresh random values at each start,
@@ -40,6 +41,18 @@ run: demo
 	  $(PY) manage.py demo_sandbox & sandbox=$$!; \
 	  trap 'kill $$worker $$sandbox 2>/dev/null' EXIT INT TERM; \
 	  $(PY) manage.py runserver 127.0.0.1:8000
+
+# Production web server: gunicorn with threaded workers (PAPERCLIP_WEB_WORKERS, PAPERCLIP_WEB_THREADS,
+# PAPERCLIP_BIND; see gunicorn.conf.py), static files from var/static through whitenoise. Needs
+# SECRET_KEY (and ALLOWED_HOSTS off loopback): gunicorn.conf.py refuses to start without them. Runs
+# are dispatched by separate processes (celery worker + beat with a broker, or manage.py paperclip_worker).
+serve: export DEBUG = false
+serve: export WHITENOISE_USE_FINDERS = false
+serve: install
+	@$(PY) gunicorn.conf.py
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v0
+	exec $(VENV)/bin/gunicorn -c gunicorn.conf.py
 
 test: install
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q

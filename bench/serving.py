@@ -1,11 +1,25 @@
-"""Scaffolding the HTTP benchmarks share: the real app served on loopback in a child process
-(stopped when the parent closes its stdin), Redis clean-up and webhook signing."""
+"""Scaffolding the HTTP benchmarks share: the real app served on loopback in a child process,
+Redis clean-up and webhook signing.
+
+Two servers (``--server``), each serving the app and the bench's baseline views from one URLconf,
+so a figure and its same-run baseline always share the server and its configuration:
+
+* ``threaded`` (default): this script re-executed with ``--serve``, Django's ``ThreadedWSGIServer``
+  in one process (stopped when the parent closes its stdin).
+* ``gunicorn``: the production server, ``gunicorn -c gunicorn.conf.py`` (gthread workers, exactly
+  the ``make serve`` configuration) with ``--workers``/``--threads`` passed as its
+  ``PAPERCLIP_WEB_WORKERS``/``PAPERCLIP_WEB_THREADS``; the app is :func:`gunicorn_app`, which
+  applies the bench's URLconf. It dies with the parent (``PR_SET_PDEATHSIG``).
+"""
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import hmac
 import os
+import secrets
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SERVERS = ("threaded", "gunicorn")
+URLCONF_ENV = "PAPERCLIP_BENCH_URLCONF"
 
 
 def serve_wsgi(port: int):
@@ -37,6 +53,103 @@ def serve_wsgi(port: int):
     server.serve_forever(poll_interval=0.2)
 
 
+def add_server_arguments(parser):
+    parser.add_argument("--server", choices=SERVERS, default="threaded",
+                        help="threaded: Django's ThreadedWSGIServer, one process (default); gunicorn: the "
+                             "production server (gunicorn.conf.py, gthread workers)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="gunicorn worker processes (default: PAPERCLIP_WEB_WORKERS or the CPU count)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="gunicorn threads per worker (default: PAPERCLIP_WEB_THREADS or 8)")
+
+
+def server_config(args) -> dict:
+    """The server the figures were measured on: printed and stored next to them."""
+    if args.server == "threaded":
+        return {"server": "threaded", "workers": 1, "threads": "one per connection"}
+    workers = args.workers or int(os.environ.get("PAPERCLIP_WEB_WORKERS") or os.cpu_count() or 1)
+    threads = args.threads or int(os.environ.get("PAPERCLIP_WEB_THREADS") or 8)
+    return {"server": "gunicorn", "workers": workers, "threads": threads, "worker_class": "gthread"}
+
+
+def describe(config: dict) -> str:
+    if config["server"] == "threaded":
+        return "threaded WSGI server (1 process, a thread per connection)"
+    return f"gunicorn, {config['workers']} gthread worker(s) x {config['threads']} thread(s)"
+
+
+def ensure_secret_key():
+    """One random SECRET_KEY for the parent and the server (gunicorn.conf.py refuses the development
+    key); call before Django is set up."""
+    os.environ.setdefault("SECRET_KEY", "bench-" + secrets.token_urlsafe(40))
+
+
+def launch(args, script: str, extra: list[str], name: str, urlconf: str) -> tuple[subprocess.Popen, str]:
+    """Start the server ``args.server`` names; returns (process, base URL)."""
+    if getattr(args, "server", "threaded") == "gunicorn":
+        return start_gunicorn(server_config(args), urlconf, name)
+    return start_server(script, extra, name)
+
+
+def gunicorn_app():
+    """The WSGI app a gunicorn worker serves: the bench's URLconf over the real settings."""
+    import logging
+
+    from django.conf import settings
+    from django.core.wsgi import get_wsgi_application
+
+    settings.ROOT_URLCONF = os.environ[URLCONF_ENV]  # before setup, as the benches' django_setup
+    application = get_wsgi_application()  # (re)configures logging, so quieten loggers after it
+    logging.getLogger("django.request").setLevel(logging.ERROR)  # as serve_wsgi: no line per expected 4xx
+    return application
+
+
+def free_port() -> int:
+    """A free loopback port (gunicorn cannot bind port 0 and report it); the bind follows at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent():  # runs in the child between fork and exec (Linux; elsewhere a no-op)
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def start_gunicorn(config: dict, urlconf: str, name: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, URLCONF_ENV: urlconf, "PAPERCLIP_BIND": f"127.0.0.1:{port}",
+           "PAPERCLIP_WEB_WORKERS": str(config["workers"]), "PAPERCLIP_WEB_THREADS": str(config["threads"]),
+           "PAPERCLIP_WEB_ACCESS_LOG": ""}  # no access log line per request
+    cmd = [str(Path(sys.executable).with_name("gunicorn")), "-c", str(ROOT / "gunicorn.conf.py"),
+           "--log-level", "warning", "bench.serving:gunicorn_app()"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    base_url = f"http://127.0.0.1:{port}"
+    wait_until_answering(proc, base_url, name)
+    return proc, base_url
+
+
+def wait_until_answering(proc: subprocess.Popen, base_url: str, name: str, timeout: float = 90):
+    """Gunicorn binds before its workers boot: wait for a few answers (the benches' warm-up takes
+    up any worker still importing)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    answered = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            httpx.get(f"{base_url}/api/health", timeout=5, trust_env=False)
+            answered += 1
+            if answered >= 3:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    stop_server(proc)
+    sys.exit(f"{name}: the gunicorn server did not start (exit code {proc.returncode})")
+
+
 def start_server(script: str, extra: list[str], name: str) -> tuple[subprocess.Popen, str]:
     """Run ``script --serve --port 0 *extra`` and wait for its READY line; returns (process, base URL)."""
     cmd = [sys.executable, str(Path(script).resolve()), "--serve", "--port", "0", *extra]
@@ -54,8 +167,13 @@ def start_server(script: str, extra: list[str], name: str) -> tuple[subprocess.P
 
 
 def stop_server(proc: subprocess.Popen):
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
+    """Threaded: close its stdin; gunicorn: SIGTERM, a graceful stop of the master and its workers."""
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -65,6 +183,26 @@ def stop_server(proc: subprocess.Popen):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process and its live children (gunicorn's workers), from Linux /proc;
+    None where that is unavailable."""
+    def own(p: int) -> tuple[float, int]:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[1])
+
+    try:
+        total = own(pid)[0]
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != pid:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                cpu, ppid = own(int(entry.name))
+                if ppid == pid:
+                    total += cpu
+    return total
 
 
 def redis_empty(db: int):
