@@ -64,6 +64,7 @@ bench: install  # each prints its figure next to a baseline measured in the same
 	$(PY) bench/checkout_bench.py
 	$(PY) bench/wake_bench.py
 	$(PY) bench/webhook_bench.py
+	$(PY) bench/apply_bench.py
 	$(PY) bench/symphony_latency_bench.py
 	$(PY) bench/case_read_bench.py
 	$(PY) bench/prp_intake_bench.py

@@ -130,24 +130,26 @@ def observed_store_apply(*, instance: ConnectorInstance, event: VerifiedEvent, s
 
 def task_events_process(*, instance_id, external_task_id: str, limit: int = 200) -> dict:
     """Apply the task's unfinished events in order until the queue is empty, blocked by a retry
-    that is not yet due, or held by another worker. Returns counts by outcome."""
+    that is not yet due, or held by another worker. Returns counts by outcome.
+
+    Workers take disjoint tasks: the head of a task's queue is claimed with SKIP LOCKED, so a worker
+    that finds it held leaves the task to its holder (at once, one statement) and its message is done;
+    nothing else is locked across tasks (on SQLite writes are serialised instead, which keeps the same
+    order). A message for a task whose queue is empty or held costs that one statement."""
     counts = {"applied": 0, "dropped": 0, "failed": 0, "parked": 0}
-    instance = ConnectorInstance.objects.select_related("company").filter(pk=instance_id).first()
-    if instance is None or instance.status == InstanceStatus.PAUSED:
-        return counts
     for _ in range(limit):
-        result = _process_head(instance, external_task_id)
+        result = _process_head(instance_id, external_task_id)
         if result is None:
             break
         counts[result] += 1
         if result == "failed":
-            head = (InboundEvent.objects.filter(instance=instance, external_task_id=external_task_id,
+            head = (InboundEvent.objects.filter(instance_id=instance_id, external_task_id=external_task_id,
                                                 status__in=UNFINISHED_EVENT_STATUSES)
                     .order_by("id").values_list("next_attempt_at", flat=True).first())
             if head is not None and head > timezone.now():
-                _schedule_retry(instance.pk, external_task_id, head)
+                _schedule_retry(instance_id, external_task_id, head)
                 break
-            if not ConnectorInstance.objects.filter(pk=instance.pk, status=InstanceStatus.ACTIVE).exists():
+            if not ConnectorInstance.objects.filter(pk=instance_id, status=InstanceStatus.ACTIVE).exists():
                 break  # paused meanwhile
     return counts
 
@@ -158,17 +160,30 @@ def _schedule_retry(instance_id, external_task_id, when):
     task_events_retry(instance_id, external_task_id, max((when - timezone.now()).total_seconds(), 0))
 
 
-def _process_head(instance: ConnectorInstance, external_task_id: str) -> str | None:
-    now = timezone.now()
-    head_id = (InboundEvent.objects.filter(instance=instance, external_task_id=external_task_id,
+def _claim_head(instance_id, external_task_id: str) -> InboundEvent | None:
+    """One statement finds and locks exactly the head of the task's queue, and reads its instance and
+    company with it (fresh for every event: a pause is seen before the next one). Only the event row is
+    locked (``of``): locking the instance would serialise every worker of the instance. The raw delivery
+    (body, headers) is kept for operators and never read by an apply."""
+    head_id = (InboundEvent.objects.filter(instance_id=instance_id, external_task_id=external_task_id,
                                            status__in=UNFINISHED_EVENT_STATUSES).order_by("id").values("id")[:1])
-    event_id = None
+    return (InboundEvent.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("instance__company").defer("raw_body", "raw_headers")
+            .filter(pk=Subquery(head_id)).first())
+
+
+def _process_head(instance_id, external_task_id: str) -> str | None:
+    now = timezone.now()
+    event_id = instance = None
     try:
         with transaction.atomic():
-            # One statement finds and locks exactly the head of the task's queue; if another worker
-            # holds it, that worker owns this task's queue now (SKIP LOCKED returns nothing).
-            event = InboundEvent.objects.select_for_update(skip_locked=True).filter(pk=Subquery(head_id)).first()
+            # If another worker holds the head, that worker owns this task's queue now (SKIP LOCKED
+            # returns nothing); a head it finished meanwhile is re-read finished.
+            event = _claim_head(instance_id, external_task_id)
             if event is None or event.status not in UNFINISHED_EVENT_STATUSES:
+                return None
+            instance = event.instance
+            if instance.status == InstanceStatus.PAUSED:
                 return None
             if event.status == EventStatus.FAILED and event.next_attempt_at and event.next_attempt_at > now:
                 return None  # the head waits for its retry; later events keep their order behind it
