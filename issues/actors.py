@@ -113,6 +113,12 @@ class Actor:
         else:
             self._run = run
 
+    def note_host_run(self, run: HeartbeatRun):
+        """A statement already proved the run header names this agent's running host run (the
+        checkout claim checks it): later reads use it instead of selecting the run again."""
+        if self._run is None and self._client_run_id is None:
+            self._run = run
+
     def require_live_run(self) -> HeartbeatRun | None:
         """For agent mutations: a header is required; when it names one of the agent's host runs,
         that run must not have ended. None for board users and for a client run id (which is never

@@ -12,12 +12,71 @@ decides who applies stored inbound events:
 """
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import threading
 
 from django.conf import settings
 from django.db import transaction
 
 log = logging.getLogger("connectors.kicks")
+
+
+class Kicker:
+    """Publishes kicks from a daemon thread, so a request never waits on the broker (a Celery
+    publish is a Redis round trip or two); a kick queued again before it went out is sent once.
+    Losing one costs only latency: a kick lost with the process, dropped when over ``limit`` or
+    refused by the broker is found by the sweep (``connectors.tasks.sweep``: pending events older
+    than ``STALE_PENDING_SECONDS``). With ``CELERY_TASK_ALWAYS_EAGER`` (the test suite) it sends at
+    once, in the caller's thread."""
+
+    def __init__(self, limit: int = 10_000):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._pending: dict = {}  # key -> send(); insertion order is send order
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pid = None
+
+    def put(self, key, send):
+        if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+            send()
+            return
+        with self._lock:
+            if self._pid != os.getpid():  # first use in this process (or after a fork): own thread
+                self._pid, self._pending = os.getpid(), {}
+                threading.Thread(target=self._run, name="connector-kicks", daemon=True).start()
+            if key not in self._pending and len(self._pending) >= self.limit:
+                log.warning("kick %s dropped (%d waiting); the sweep will pick it up", key, self.limit)
+                return
+            self._pending.setdefault(key, send)
+            self._idle.clear()
+        self._wake.set()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every kick queued so far was sent (tests, process exit); False on timeout."""
+        return self._pid != os.getpid() or self._idle.wait(timeout)
+
+    def _run(self):
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                batch, self._pending = list(self._pending.items()), {}
+            for key, send in batch:
+                try:
+                    send()
+                except Exception:  # broker down: the sweep picks the work up
+                    log.warning("kick %s not sent; the sweep will pick it up", key)
+            with self._lock:
+                if not self._pending:
+                    self._idle.set()
+
+
+kicker = Kicker()
+atexit.register(kicker.flush, 2.0)  # best effort: what is still waiting at exit is the sweep's
 
 
 def enabled() -> bool:
@@ -33,7 +92,8 @@ def task_events(instance_id, external_task_id: str):
         return
     from connectors import tasks
 
-    transaction.on_commit(lambda: tasks.process_task_events.delay(str(instance_id), external_task_id))
+    args = (str(instance_id), external_task_id)
+    transaction.on_commit(lambda: kicker.put(("task_events", *args), lambda: tasks.process_task_events.delay(*args)))
 
 
 def task_events_retry(instance_id, external_task_id: str, countdown: float):

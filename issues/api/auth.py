@@ -66,11 +66,9 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
         token = bearer_token(request)
         if token is None or token.startswith(BOARD_KEY_PREFIX):
             return None  # board keys are BoardKeyAuthentication's
-        key = (
-            AgentApiKey.objects.select_related("agent")
-            .filter(key_hash=hash_key(token), revoked_at__isnull=True)
-            .first()
-        )
+        # (key_hash is unique: a slice, not .first(), so no ORDER BY to compile or sort)
+        key = next(iter(AgentApiKey.objects.select_related("agent")
+                        .filter(key_hash=hash_key(token), revoked_at__isnull=True)[:1]), None)
         if key is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         if key.agent.status == AgentStatus.TERMINATED:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import connection, transaction
+from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from issues import events, selectors
@@ -32,7 +33,7 @@ from issues.exceptions import (
     StatusNotExpected,
     Unprocessable,
 )
-from issues.models import Agent, HeartbeatRun, Issue, IssueRelation
+from issues.models import Agent, HeartbeatRun, Issue, IssueRelation, Label
 
 from . import fences
 from .activity import activity_record
@@ -62,7 +63,7 @@ WHERE {key} = %s AND company_id IN ({companies}) AND (
     SELECT 1 FROM {relation} rel JOIN {issue} b ON b.id = rel.issue_id
     WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status NOT IN (%s, %s)
 ){run_check}
-RETURNING *
+RETURNING *, EXISTS (SELECT 1 FROM {labels} l WHERE l.{labels_issue} = {issue}.id) AS claim_has_labels
 """
 # An agent's run must be its own and running; anything else takes the slow path, which explains.
 _RUN_CHECK = "\nAND EXISTS (SELECT 1 FROM {run} r0 WHERE r0.id = %s AND r0.agent_id = %s AND r0.status = %s)"
@@ -75,8 +76,10 @@ def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, 
     qn = connection.ops.quote_name
     uid = Issue._meta.pk.get_db_prep_value
     identifier = selectors.is_identifier(ref)
+    labels = Issue._meta.get_field("labels")
     tables = {"issue": qn(Issue._meta.db_table), "run": qn(HeartbeatRun._meta.db_table),
-              "relation": qn(IssueRelation._meta.db_table)}
+              "relation": qn(IssueRelation._meta.db_table), "labels": qn(labels.m2m_db_table()),
+              "labels_issue": qn(labels.m2m_column_name())}
     open_statuses = [s for s in expected if s != IssueStatus.IN_PROGRESS]
     sql = _CLAIM_SQL.format(
         **tables, key="identifier" if identifier else "id",
@@ -98,7 +101,18 @@ def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, 
               run if run is not None else client, *live, *live, RelationKind.BLOCKS, *TERMINAL_ISSUE_STATUSES]
     if check_run:
         params += [run, agent, RunStatus.RUNNING]
-    return next(iter(Issue.objects.raw(sql, params)), None)
+    claimed = next(iter(Issue.objects.raw(sql, params)), None)
+    return _with_labels(claimed, known_empty=not claimed.claim_has_labels) if claimed is not None else None
+
+
+def _with_labels(issue: Issue, known_empty: bool = False) -> Issue:
+    """The issue with its labels loaded, which the response lists twice (labels, labelIds): one query,
+    none when the claim found there are none."""
+    if known_empty:
+        issue._prefetched_objects_cache = {"labels": Label.objects.none()}
+    else:
+        prefetch_related_objects([issue], "labels")
+    return issue
 
 
 def _checkout_agent(actor: Actor, issue: Issue, agent_id) -> Agent:
@@ -182,7 +196,7 @@ def issue_checkout(*, actor: Actor, agent_id=None, expected_statuses=None, issue
     current = Issue.objects.get(pk=current.pk)
     if (current.status == IssueStatus.IN_PROGRESS and current.assignee_agent_id == agent.pk
             and (current.checkout_run_id == run.pk if run else current.checkout_client_run_id == client_run_id)):
-        return current, False  # same run again: idempotent, no side effects
+        return _with_labels(current), False  # same run again: idempotent, no side effects
     raise _refusal(current, agent, run, expected_statuses)
 
 
@@ -232,6 +246,9 @@ def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, client_run_i
                          client_run_id=client_run_id, expected=expected, now=now, check_run=check_run)
         if claimed is None:
             return None
+        if check_run:  # the claim proved the header names the agent's running run: no second read
+            actor.note_host_run(HeartbeatRun(pk=run_id, agent=actor.agent, company_id=actor.agent.company_id,
+                                             status=RunStatus.RUNNING))
         claim_run = run_id or client_run_id  # the run the claim speaks for (client ids: see activity_fields)
         activity_record(actor=actor, company_id=claimed.company_id, action="issue.checked_out",
                         entity_type="issue", entity_id=claimed.pk, run=HeartbeatRun(pk=run_id) if run_id else None,

@@ -1,0 +1,195 @@
+"""The hot paths' statement lists, asserted so they cannot silently grow: a checkout is its key
+lookup, the claim (one UPDATE ... RETURNING), its audit row (one INSERT) and the connectors' linked
+check; a webhook delivery is its instance read and one INSERT (no BEGIN, no savepoint: the insert is
+its own transaction, deduped by the idempotency constraint). Kicks leave the request path."""
+import re
+import threading
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from connectors.models import ConnectorInstance, InboundEvent
+from connectors.services import kicks
+from issues.models import ActivityLog, Label
+from tests.connector_factories import make_instance
+from tests.connector_helpers import post_webhook
+from tests.factories import IssueFactory
+
+CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
+
+
+def statements(ctx) -> list[tuple[str, str]]:
+    """(verb, first table) of each statement the block ran, transaction control left out."""
+    out = []
+    for query in ctx.captured_queries:
+        sql = query["sql"].strip()
+        if sql.upper().startswith(CONTROL):
+            continue
+        verb = sql.split(None, 1)[0].upper()
+        table = re.search(r'(?:FROM|INTO|UPDATE)\s+"?(\w+)"?', sql, re.IGNORECASE)
+        out.append((verb, table.group(1) if table else ""))
+    return out
+
+
+def transaction_control(ctx) -> list[str]:
+    return [q["sql"] for q in ctx.captured_queries if q["sql"].strip().upper().startswith(CONTROL)]
+
+
+def checkout(client, issue):
+    return client.post(f"/api/issues/{issue.pk}/checkout",
+                       {"agentId": str(client.agent.pk), "expectedStatuses": ["todo"]}, format="json")
+
+
+CHECKOUT = [
+    ("SELECT", "issues_agentapikey"),  # the key and its agent, one join
+    ("UPDATE", "issues_issue"),  # the claim, RETURNING the row
+    ("INSERT", "issues_activitylog"),  # the audit row
+    ("SELECT", "connectors_tasklink"),  # connectors: is the issue linked (outbound claim comment)?
+]
+
+
+def test_checkout_is_four_statements(agent_client, company):
+    assert checkout(agent_client, IssueFactory(company=company)).status_code == 200  # throttled writes done
+    issue = IssueFactory(company=company)
+    with CaptureQueriesContext(connection) as ctx:
+        response = checkout(agent_client, issue)
+    assert response.status_code == 200, response.content
+    assert statements(ctx) == CHECKOUT
+    body = response.json()
+    assert body["status"] == "in_progress" and body["checkoutRunId"] == str(agent_client.run.pk)
+    assert body["labels"] == [] and body["labelIds"] == []
+    row = ActivityLog.objects.get(action="issue.checked_out", entity_id=str(issue.pk))
+    assert row.run_id == agent_client.run.pk and row.actor_agent_id == agent_client.agent.pk
+    assert row.client_run_id is None
+
+
+def test_checkout_of_a_labelled_issue_reads_its_labels_once(agent_client, company):
+    assert checkout(agent_client, IssueFactory(company=company)).status_code == 200
+    issue = IssueFactory(company=company)
+    bug = Label.objects.create(company=company, name="bug", color="#ff0000")
+    issue.labels.add(bug)
+    with CaptureQueriesContext(connection) as ctx:
+        response = checkout(agent_client, issue)
+    assert response.status_code == 200, response.content
+    assert statements(ctx) == [*CHECKOUT[:2], ("SELECT", "issues_label"), *CHECKOUT[2:]]
+    assert response.json()["labelIds"] == [str(bug.pk)]
+    assert [label["name"] for label in response.json()["labels"]] == ["bug"]
+
+
+INTAKE = [
+    ("SELECT", "connectors_connectorinstance"),
+    ("SELECT", "connectors_connectorsecret"),  # this instance's secret is stored (an env: secret reads nothing)
+    ("SELECT", "connectors_routingrule"),  # the container check of its routing rules
+    ("INSERT", "connectors_inboundevent"),  # the store: ON CONFLICT DO NOTHING RETURNING id
+]
+
+
+@pytest.fixture
+def quiet_instance(company, settings):
+    """An instance whose health write (at most one a second) is not due, kicks off (stored only)."""
+    settings.CONNECTORS = {**settings.CONNECTORS, "KICK_ON_COMMIT": False}
+    instance, store = make_instance(company)
+    ConnectorInstance.objects.filter(pk=instance.pk).update(
+        last_webhook_at=timezone.now() + timezone.timedelta(minutes=5), webhook_verified=True)
+    return instance, store
+
+
+@pytest.mark.django_db(transaction=True)
+def test_webhook_intake_is_one_insert_in_its_own_transaction(quiet_instance):
+    instance, store = quiet_instance
+    task = store.add_task(1)
+    body, delivery = store.delivery("task", task["id"])
+    with CaptureQueriesContext(connection) as ctx:
+        response = post_webhook(Client(), instance, body)
+    assert response.status_code == 202, response.content
+    assert statements(ctx) == INTAKE
+    assert transaction_control(ctx) == []  # autocommit: the INSERT is the whole transaction
+    event = InboundEvent.objects.get()
+    assert response.json() == {"eventId": event.pk, "idempotencyKey": event.idempotency_key,
+                               "status": "pending", "duplicate": False}
+
+    # A redelivery: the constraint refuses the row, the stored one is read back; still one row.
+    with CaptureQueriesContext(connection) as ctx:
+        again = post_webhook(Client(), instance, body)
+    assert again.status_code == 202 and again.json() == {**response.json(), "duplicate": True}
+    assert statements(ctx) == [*INTAKE, ("SELECT", "connectors_inboundevent")]
+    assert InboundEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_redeliveries_store_one_row(quiet_instance):
+    """Eight clients deliver the same body at once (own connections): one row, one ``duplicate: false``."""
+    instance, store = quiet_instance
+    body, _ = store.delivery("task", store.add_task(2)["id"])
+    barrier = threading.Barrier(8)
+    results = [None] * 8
+
+    def deliver(i):
+        try:
+            barrier.wait(timeout=30)
+            results[i] = post_webhook(Client(), instance, body).json()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert InboundEvent.objects.count() == 1
+    assert sorted(r["duplicate"] for r in results) == [False] + [True] * 7
+    assert {r["eventId"] for r in results} == {InboundEvent.objects.get().pk}
+
+
+def test_kicks_are_sent_off_the_request_thread_and_coalesced(settings):
+    """With a broker (not eager) the caller only queues the kick; the kicker's thread sends it, and a
+    kick queued again before it went out is sent once."""
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    kicker = kicks.Kicker()
+    sent, threads = [], []
+    gate, first_started = threading.Event(), threading.Event()
+
+    def send(name):
+        def go():
+            threads.append(threading.current_thread())
+            if name == "first":
+                first_started.set()
+                gate.wait(timeout=10)  # the broker is slow: later kicks queue up meanwhile
+            sent.append(name)
+        return go
+
+    kicker.put("first", send("first"))
+    assert first_started.wait(timeout=10)
+    kicker.put("task-a", send("a1"))
+    kicker.put("task-b", send("b"))
+    kicker.put("task-a", send("a2"))  # already waiting: coalesced into the first one
+    gate.set()
+    assert kicker.flush(timeout=10)
+    assert sent == ["first", "a1", "b"]
+    assert threading.current_thread() not in threads
+
+
+def test_a_kick_the_broker_refuses_is_not_an_error(settings, caplog):
+    """A failed send is logged; the sweep applies what it would have started (lost-kick test in
+    test_connectors_engine.py)."""
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    kicker = kicks.Kicker()
+
+    def refuse():
+        raise ConnectionError("broker down")
+
+    kicker.put("task-a", refuse)
+    sent = []
+    kicker.put("task-b", lambda: sent.append("b"))
+    assert kicker.flush(timeout=10)
+    assert sent == ["b"] and "not sent; the sweep will pick it up" in caplog.text
+
+
+def test_eager_kicks_run_in_the_callers_thread(settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    sent = []
+    kicks.Kicker().put("task-a", lambda: sent.append(threading.current_thread()))
+    assert sent == [threading.current_thread()]
