@@ -10,9 +10,9 @@ Two figures, each next to a baseline measured in the same run and shown as a rat
    ``coalesced_count`` = n-1 (otherwise the script aborts with exit status 2). Baseline: the same
    threads inserting the same number of bare ``WakeupRequest`` rows with ``objects.create``.
 2. Dispatch: for each N in ``--sizes`` N agents (``process`` adapter, maxConcurrentRuns 1), each
-   with one queued run (``agent_wakeup`` with a distinct issue); timed: ``dispatch_runs(limit=N)``
-   plus ``run_claim(run_id, owner="bench:1")`` for every picked id (claims only, no process is
-   started). The query count of ``dispatch_runs`` must be the same for every N (abort otherwise).
+   with one queued run (``agent_wakeup`` with a distinct issue); timed: one batched claim pass,
+   ``dispatch_claim(owner="bench:1", limit=N)`` (claims only, no process is started). The pass's
+   query count must be the same for every N (abort otherwise).
    Baseline: one SELECT of a comparable fresh set of N queued runs and one
    ``filter(pk=..., status="queued").update(status="running", ...)`` per row.
 
@@ -243,6 +243,10 @@ def coalesce_round(fx: Fixtures, company, tag: str, args, verify: bool = True) -
         problems.append(f"primary coalesced_count = {getattr(primary, 'coalesced_count', None)}, expected {total - 1}")
     if runs and wakes.exclude(run=runs[0]).exists():
         problems.append("some wakes are not attached to the one run")
+    from issues.models import ActivityLog
+
+    if (n := ActivityLog.objects.filter(action="agent.wakeup_requested", entity_id=str(agent_w.pk)).count()) != total:
+        problems.append(f"{n} agent.wakeup_requested activity rows, expected {total}")
     if problems:
         raise BenchAbort(f"coalescing {tag}: " + "; ".join(problems))
     wake["verified"] = {"runs": len(runs), "wakes": total, "claimed": 1, "coalesced": total - 1,
@@ -293,11 +297,11 @@ def dispatch_round(fx: Fixtures, n: int, tag: str) -> tuple[dict, dict]:
 
     from issues.choices import RunStatus
     from issues.models import HeartbeatRun
-    from issues.services.dispatch import dispatch_runs, run_claim
+    from issues.services.dispatch import dispatch_claim
 
     if HeartbeatRun.objects.filter(status=RunStatus.QUEUED).exists():
         raise BenchAbort("queued runs left over from an earlier phase")
-    # The baseline set is created first (older), run first and drained, so dispatch_runs, which
+    # The baseline set is created first (older), run first and drained, so dispatch_claim, which
     # takes the oldest queued runs of every company, then sees exactly its own set.
     base_company, base_ids = queued_set(fx, n, f"B{tag}")
     _, disp_ids = queued_set(fx, n, f"D{tag}")
@@ -321,31 +325,21 @@ def dispatch_round(fx: Fixtures, n: int, tag: str) -> tuple[dict, dict]:
     if claimed != n or set(map(str, rows)) != set(map(str, base_ids)):
         raise BenchAbort(f"baseline N={n}: claimed {claimed}, not exactly the {n} queued runs of its set")
 
-    # The dispatcher: dispatch_runs + run_claim for every picked id.
+    # The dispatcher: one batched claim pass (one transaction) over the N queued runs.
     connection.queries_log.clear()  # CaptureQueriesContext counts in a bounded deque: start it empty
     with CaptureQueriesContext(connection) as dctx:
         t0 = time.perf_counter()
-        picked = dispatch_runs(limit=n)
-        t_dispatch = time.perf_counter() - t0
-    claimed = 0
-    counter = StatementCounter()
-    with connection.execute_wrapper(counter):
-        t1 = time.perf_counter()
-        for run_id in picked:
-            if run_claim(run_id=run_id, owner="bench:1") is not None:
-                claimed += 1
-        t_claims = time.perf_counter() - t1
-    wall = t_dispatch + t_claims
-    disp = {"n": n, "picked": len(picked), "claimed": claimed, "wall_s": wall, "dispatch_ms": t_dispatch * 1000,
-            "claims_s": t_claims, "dispatch_queries": statements(dctx),
+        picked = [run.pk for run in dispatch_claim(owner="bench:1", limit=n)]
+        wall = time.perf_counter() - t0
+    claimed = len(picked)
+    disp = {"n": n, "picked": len(picked), "claimed": claimed, "wall_s": wall, "dispatch_ms": wall * 1000,
+            "claims_s": wall, "dispatch_queries": statements(dctx),
             "dispatch_sql": [q["sql"][:200] for q in dctx.captured_queries],
-            "queries_per_claim": counter.count / max(1, len(picked)),
+            "queries_per_claim": statements(dctx) / max(1, claimed),
             "throughput_per_s": claimed / wall}
     problems = []
     if set(map(str, picked)) != set(map(str, disp_ids)):
-        problems.append(f"dispatch_runs picked {len(picked)} ids, not exactly the {n} queued runs of its set")
-    if claimed != n:
-        problems.append(f"run_claim claimed {claimed} of {n}")
+        problems.append(f"dispatch_claim claimed {len(picked)} runs, not exactly the {n} queued runs of its set")
     states = HeartbeatRun.objects.filter(pk__in=disp_ids, status=RunStatus.RUNNING, owner="bench:1").count()
     if states != n:
         problems.append(f"{states} of {n} runs are running for bench:1")
@@ -447,7 +441,7 @@ def main(argv=None) -> int:
           f"SQL statements per coalesced wake = {len(wake_sql)} (+ BEGIN/COMMIT)")
     print()
     print(f"2. dispatcher throughput for N queued wakes (median of {args.rounds}; claims only, no process started)")
-    header = (f"   {'N':>5} {'baseline/s':>11} {'dispatcher/s':>13} {'ratio':>6} {'dispatch_runs':>14} "
+    header = (f"   {'N':>5} {'baseline/s':>11} {'dispatcher/s':>13} {'ratio':>6} {'pass queries':>14} "
               f"{'dispatch ms':>12} {'stmts/claim':>14} {'baseline queries':>17}")
     print(header)
     print("   " + "-" * (len(header) - 3))
@@ -461,8 +455,9 @@ def main(argv=None) -> int:
                                "baseline_queries": v["baseline"][0]["queries"]}
         print(f"   {n:>5} {b:>11.1f} {d:>13.1f} {d / b:>6.2f} {'/'.join(map(str, dispatch_counts[n])) + ' queries':>14} "
               f"{summary_dispatch[n]['dispatch_ms']:>12.2f} {qpc:>14.1f} {v['baseline'][0]['queries']:>17}")
-    print("   (statement counts exclude BEGIN/COMMIT; each claim is one transaction, each baseline UPDATE autocommits)")
-    print(f"   dispatch_runs query count constant across N: {'yes' if constant else 'NO'} "
+    print("   (statement counts exclude BEGIN/COMMIT; the claim pass is one transaction, each baseline UPDATE "
+          "autocommits)")
+    print(f"   claim pass query count constant across N: {'yes' if constant else 'NO'} "
           f"({', '.join(f'N={n}: {c}' for n, c in dispatch_counts.items())})")
 
     report = {
@@ -486,7 +481,7 @@ def main(argv=None) -> int:
     args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"results written to {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}")
     if not constant:
-        print(f"\nABORT: dispatch_runs query count differs across N: {dispatch_counts}", file=sys.stderr)
+        print(f"\nABORT: claim pass query count differs across N: {dispatch_counts}", file=sys.stderr)
         return 2
     return 0
 

@@ -180,6 +180,10 @@ PAPERCLIP = {
     "MAX_AGENT_TASK_DEPTH": 2,
     "API_LIST_DEFAULT_LIMIT": env.int("PAPERCLIP_API_LIST_DEFAULT_LIMIT", default=500),
     "API_LIST_MAX_LIMIT": 1000,
+    # Opt-in: a coalescing wake made outside a transaction commits with synchronous_commit off
+    # (PostgreSQL). Faster under a burst, but a database crash can lose the newest acknowledged
+    # coalesced wakes (never a run): off by default, so every acknowledged wake is durable.
+    "WAKE_COALESCE_ASYNC_COMMIT": env.bool("PAPERCLIP_WAKE_COALESCE_ASYNC_COMMIT", default=False),
     # Bounded paged reads (agent case reads, workflow prompt pages): UTF-8 bytes per page.
     "CASE_READ_DEFAULT_BYTES": env.int("PAPERCLIP_CASE_READ_DEFAULT_BYTES", default=64 * 1024),
     "CASE_READ_MAX_BYTES": env.int("PAPERCLIP_CASE_READ_MAX_BYTES", default=256 * 1024),

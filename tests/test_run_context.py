@@ -3,6 +3,7 @@ and the task packet file), an http agent (the signed wake payload) and the API
 (``GET /api/runs/{id}``, ``GET /api/agents/me/wake``); coalesced wakes keep the newest; the
 board's run lists; Symphony's branch_name / blocked_by / created_at from a real tracker import."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -298,9 +299,10 @@ def test_a_coalesced_wake_keeps_the_newest_reason_packet_and_context_in_one_upda
     with CaptureQueriesContext(connection) as queries:
         agent_wakeup(actor=SYSTEM, agent=agent, issue=issue, reason="approval_approved",
                      context={"taskPacket": "new packet", "approvalId": "ap-new", "approvalStatus": "approved"})
+    # one write of the run row on the coalescing path (on PostgreSQL inside its one WITH statement)
     run_updates = [q["sql"] for q in queries.captured_queries
-                   if q["sql"].startswith("UPDATE") and "heartbeatrun" in q["sql"].split(" SET ")[0].lower()]
-    assert len(run_updates) == 1  # one write of the run row on the coalescing path
+                   for _ in re.finditer(r'UPDATE "?\w*heartbeatrun"? ', q["sql"], re.IGNORECASE)]
+    assert len(run_updates) == 1
     run.refresh_from_db()
     assert run.wake_reason == "approval_approved"
     assert run.context["wakeReasons"] == ["issue_assigned", "approval_approved"]

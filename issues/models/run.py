@@ -20,6 +20,10 @@ from .company import Company
 from .issue import Issue
 
 
+# The runs that hold an agent's slot for an issue until they start (see HeartbeatRun.Meta.constraints).
+UNSTARTED_SLOT = Q(status__in=(RunStatus.QUEUED, RunStatus.SCHEDULED_RETRY), stop_requested_at__isnull=True)
+
+
 class HeartbeatRun(UUIDModel):
     company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="runs")
     agent = models.ForeignKey("issues.Agent", on_delete=models.CASCADE, related_name="runs")
@@ -80,6 +84,13 @@ class HeartbeatRun(UUIDModel):
                 condition=Q(status__in=LIVE_RUN_STATUSES) | Q(finished_at__isnull=False),
                 name="run_terminal_has_finished_at",
             ),
+            # One queued (or retry-scheduled) run per agent and issue: concurrent wakes coalesce
+            # against this instead of a lock; a wake that creates a run after another one started
+            # sees it and joins it (wakeups._place). A run being stopped leaves the slot, so the run
+            # that follows it (a comment after an interrupt) can be queued beside it. Agent-level
+            # runs (issue NULL) are not covered: their wakes still lock the agent row.
+            models.UniqueConstraint(fields=["agent", "issue"], condition=UNSTARTED_SLOT,
+                                    name="run_unstarted_unique_per_agent_issue"),
         ]
 
     def __str__(self):

@@ -3,11 +3,21 @@
 A wake is recorded, then either skipped (with a reason), coalesced into the agent's live run for
 the same issue, deferred while another run holds the issue's execution lock, or given a new
 queued run that the dispatcher starts.
+
+One live run per agent and issue rests on a database constraint, not a lock: one unstarted run
+per agent and issue (run_unstarted_unique_per_agent_issue); a wake that loses the race to create
+the run coalesces into the winner's (_place). On PostgreSQL a plain coalescing wake is one
+statement (_coalesce_fast); the others take the full path.
 """
 from __future__ import annotations
 
-from django.db import IntegrityError, transaction
+from contextlib import nullcontext
+from functools import lru_cache
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, DataError, IntegrityError, connections, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
 from issues.choices import (
@@ -19,13 +29,15 @@ from issues.choices import (
     WakeStatus,
 )
 from issues.exceptions import InvalidInput, NotFound
-from issues.models import Agent, Comment, HeartbeatRun, Issue, WakeupRequest
+from issues.models import ActivityLog, Agent, Comment, HeartbeatRun, Issue, WakeupRequest
 from issues.run_context import WAKE_REASONS_KEPT
 
-from .activity import activity_record
+from .activity import activity_context_current, activity_record
 from .kicks import kick_dispatcher
 
 ACTIONABLE = (IssueStatus.TODO, IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW)
+# A new run races another wake for the agent's live slot (run_live_unique_*): the loser coalesces.
+PLACE_ATTEMPTS = 5
 
 
 def _skip_reason(agent: Agent, issue: Issue | None, source: str, comment_ids: list[str], reason: str) -> str:
@@ -68,10 +80,16 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
         comment_ids
     ):
         raise NotFound("Comment not found.", details={"commentIds": ["Every comment must belong to this company."]})
+    if not run_fields and not comment_ids and not (source == WakeSource.TIMER and issue is None and not reason):
+        fast = _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context or {})
+        if fast is not None:
+            return fast
     try:
         with transaction.atomic():
-            # One wake at a time per agent, so two wakes can never both start a run.
-            agent = Agent.objects.select_for_update().get(pk=agent.pk)
+            # For an issue, no agent lock: the live-slot constraint makes a second new run fail (then
+            # it coalesces) and _place locks the run row it merges into. Agent-level wakes (no
+            # issue, no constraint) still take one wake at a time per agent.
+            agent = (Agent.objects.select_for_update() if issue is None else Agent.objects).get(pk=agent.pk)
             if idempotency_key:
                 existing = WakeupRequest.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
                 if existing:
@@ -99,30 +117,191 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
         return WakeupRequest.objects.get(agent=agent, idempotency_key=idempotency_key)
 
 
+def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context) -> WakeupRequest | None:
+    """A wake joining the agent's live run in ONE statement (PostgreSQL): bump the primary wake,
+    merge reason and context into the run, insert the wake and its activity row, provided the
+    agent and issue would not skip it. No agent lock: the run row (then its primary wake) is all
+    it locks, for the length of the statement. None (nothing written) when the wake needs the
+    full path: no live run, a skip reason, an idempotency key already used, or not PostgreSQL.
+
+    Outside a transaction the statement may commit asynchronously (opt-in
+    ``WAKE_COALESCE_ASYNC_COMMIT``, off by default): synchronously every wake holds the run row
+    through its own WAL flush, so 1,000 wakes for one run take 1,000 flushes in a row; with it a
+    crash can lose the newest ~0.6 s of acknowledged coalesced wakes (never a run, never a wake
+    that started one; PostgreSQL stays consistent)."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    if conn.vendor != "postgresql":
+        return None  # SQLite serialises writers anyway; the full path is just as fast there
+    now = timezone.now()
+    wake = WakeupRequest(
+        company_id=agent.company_id, agent_id=agent.pk, issue=issue, source=source, reason=reason,
+        idempotency_key=idempotency_key or None, comment_ids=[], context=context, status=WakeStatus.COALESCED,
+        requested_by_agent=actor.agent, requested_by_user=actor.user if actor.is_board else None,
+        created_at=now, updated_at=now,
+    )
+    details = {"wakeupId": str(wake.pk), "status": wake.status, "source": source,
+               "issueId": str(issue.pk) if issue else None, "skipReason": ""}
+    fields = actor.activity_fields()
+    fields.pop("run", None)  # the run is the one the statement joins
+    audit = ActivityLog(company_id=agent.company_id, action="agent.wakeup_requested", entity_type="agent",
+                        entity_id=str(agent.pk), details={**activity_context_current(), **details},
+                        created_at=now, **fields)
+    nested = conn.in_atomic_block
+    # Outside a transaction the statement is its own (autocommit), so the run row stays locked for
+    # that one statement, not BEGIN..COMMIT. Inside one, a savepoint keeps a failed insert local.
+    asynchronous = not nested and settings.PAPERCLIP.get("WAKE_COALESCE_ASYNC_COMMIT", False)
+    # The wake's keys win; commentIds/wakeReasons are the run's own bookkeeping (as _merged_context).
+    keys = {k: v for k, v in context.items() if k not in ("commentIds", "wakeReasons")}
+    params = {"agent": agent.pk, "issue": issue.pk if issue is not None else None, "reason": reason,
+              "keys": _CONTEXT_FIELD.get_db_prep_save(keys, conn), "now": now,
+              **_row_params("w", wake, conn), **_row_params("a", audit, conn)}
+    sql = _coalesce_sql(issue is not None, bool(reason), asynchronous)
+    try:
+        with transaction.atomic(using=conn.alias) if nested else nullcontext(), conn.cursor() as cursor:
+            if conn.queries_logged:  # debug/CaptureQueriesContext: through Django's cursor, so it is seen
+                cursor.execute(sql, params)
+                row = cursor.fetchone()
+            else:  # server-side binding, prepared once per connection: no client-side quoting, no re-plan
+                import psycopg
+
+                with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as raw:
+                    row = raw.execute(sql, params, prepare=True).fetchone()
+    except DataError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != "22012":
+            raise
+        return None  # division_by_zero: no live run to join, or a skip reason (see _coalesce_sql)
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        return None  # the key is taken: the full path returns the wake that has it
+    wake.run_id = row[2]
+    wake._state.adding, wake._state.db = False, conn.alias
+    return wake
+
+
+_CONTEXT_FIELD = WakeupRequest._meta.get_field("context")
+
+
+@lru_cache(maxsize=None)
+def _insert_fields(model) -> tuple:
+    """The fields an INSERT of ``model`` names (an autoincrement id is left to the database)."""
+    return tuple(f for f in model._meta.concrete_fields if not (f.primary_key and f.get_default() is None))
+
+
+def _row_params(prefix: str, obj, conn) -> dict:
+    return {f"{prefix}_{f.column}": f.get_db_prep_save(getattr(obj, f.attname), conn)
+            for f in _insert_fields(type(obj)) if f.column != "run_id"}
+
+
+def _sql_literal(value: str) -> str:
+    assert value.replace("_", "").isalnum(), value  # code constants (choices) only
+    return f"'{value}'"
+
+
+@lru_cache(maxsize=None)
+def _coalesce_sql(has_issue: bool, has_reason: bool, asynchronous: bool) -> str:
+    """The coalescing statement for one shape of wake (pyformat parameters; see _coalesce_fast)."""
+    q = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    run_t, wake_t = q(HeartbeatRun._meta.db_table), q(WakeupRequest._meta.db_table)
+    live = ", ".join(map(_sql_literal, LIVE_RUN_STATUSES))
+    ctx = "COALESCE(r.context, '{}'::jsonb) || CAST(%(keys)s AS jsonb)"
+    if has_reason:  # wakeReasons: the newest WAKE_REASONS_KEPT, oldest first (as _merged_context)
+        reasons = ("(CASE WHEN jsonb_typeof(r.context->'wakeReasons') = 'array' "
+                   "AND jsonb_array_length(r.context->'wakeReasons') > 0 THEN r.context->'wakeReasons' "
+                   "WHEN r.wake_reason <> '' THEN jsonb_build_array(r.wake_reason) ELSE '[]'::jsonb END "
+                   "|| jsonb_build_array(%(reason)s::text))")
+        ctx = (f"{ctx} || jsonb_build_object('wakeReasons', (SELECT jsonb_agg(e ORDER BY n) FROM "
+               f"jsonb_array_elements({reasons}) WITH ORDINALITY AS t(e, n) "
+               f"WHERE n > jsonb_array_length({reasons}) - {int(WAKE_REASONS_KEPT)}))")
+    # the skip reasons a wake without comment ids can have (as _skip_reason): none, or no statement
+    skip = (f"EXISTS (SELECT 1 FROM {q(Agent._meta.db_table)} a WHERE a.id = CAST(%(agent)s AS uuid) "
+            f"AND a.status NOT IN ({_sql_literal(AgentStatus.PAUSED)}, {_sql_literal(AgentStatus.TERMINATED)}) "
+            "AND NOT (a.budget_monthly_cents > 0 AND a.spent_monthly_cents >= a.budget_monthly_cents))")
+    if has_issue:
+        skip += (f" AND EXISTS (SELECT 1 FROM {q(Issue._meta.db_table)} i WHERE i.id = CAST(%(issue)s AS uuid) "
+                 f"AND i.status NOT IN ({', '.join(map(_sql_literal, TERMINAL_ISSUE_STATUSES))}))")
+
+    conn = connections[DEFAULT_DB_ALIAS]
+
+    def insert(model, prefix):
+        fields = _insert_fields(model)
+        # typed parameters: the statement is also prepared with server-side binding
+        values = ", ".join("target.id" if f.column == "run_id" else
+                           f"CAST(%({prefix}_{f.column})s AS {f.db_type(conn)})" for f in fields)
+        return f"INSERT INTO {q(model._meta.db_table)} ({', '.join(q(f.column) for f in fields)}) " \
+               f"SELECT {values} FROM target"
+
+    # Order matters for speed only: the inserts (from the unlocked read of the live run) run before
+    # the UPDATE locks the run row, so the row is held just for the UPDATE, the primary's bump and
+    # the commit. If the UPDATE joins nothing (the run ended meanwhile, or a skip reason holds),
+    # 1 / 0 aborts the whole statement: nothing is written and the full path places the wake.
+    return f"""
+        WITH target AS (
+            SELECT r.id FROM {run_t} r
+            WHERE r.agent_id = CAST(%(agent)s AS uuid)
+              AND {"r.issue_id = CAST(%(issue)s AS uuid)" if has_issue else "r.issue_id IS NULL"}
+              AND r.status IN ({live})
+            ORDER BY r.created_at LIMIT 1
+        ), wake AS ({insert(WakeupRequest, "w")} RETURNING 1
+        ), audit AS ({insert(ActivityLog, "a")} RETURNING 1
+        ), run AS (
+            UPDATE {run_t} r SET wake_reason = {"CAST(%(reason)s AS text)" if has_reason else "r.wake_reason"},
+              context = {ctx}, updated_at = CAST(%(now)s AS timestamptz)
+            FROM target WHERE r.id = target.id AND r.status IN ({live}) AND {skip}
+            RETURNING r.id
+        ), primaries AS (
+            UPDATE {wake_t} w SET coalesced_count = w.coalesced_count + 1
+            FROM run WHERE w.run_id = run.id AND w.status <> {_sql_literal(WakeStatus.COALESCED)}
+        ){", setting AS (SELECT set_config('synchronous_commit', 'off', true) AS v)" if asynchronous else ""}
+        SELECT (SELECT count(*) FROM wake) + (SELECT count(*) FROM audit),
+               1 / (SELECT count(*) FROM run)::int, (SELECT id FROM target){
+               ", (SELECT v FROM setting)" if asynchronous else ""}"""
+
+
 def _place(wake, agent, issue, source, comment_ids, reason, run_fields):
     skip = _skip_reason(agent, issue, source, comment_ids, reason)
     if skip:
         wake.status, wake.skip_reason = WakeStatus.SKIPPED, skip
         return
-    live = (
-        HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES)
-        .order_by("created_at").first()
-    )
-    if live is not None and not run_fields.get("source_run"):
-        wake.status, wake.run = WakeStatus.COALESCED, live
-        _carry_into(live, comment_ids, reason, wake.context or {})
+    follows = bool(run_fields.get("source_run"))  # the run after a stopping one: never joins it
+    for attempt in range(PLACE_ATTEMPTS):
+        live = HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES)
+        if follows:  # only the run that took the live slot first (a stopping run has left it)
+            live = live.filter(stop_requested_at__isnull=True) if attempt else live.none()
+        # Locked: the merge below reads and writes the run row (the fast path writes it in SQL).
+        live = live.select_for_update().order_by("created_at").first()
+        if live is not None:
+            wake.status, wake.run = WakeStatus.COALESCED, live
+            _carry_into(live, comment_ids, reason, wake.context or {})
+            return
+        holder = _lock_holder(agent, issue)
+        if holder is not None:
+            wake.status, wake.deferred_for_run = WakeStatus.DEFERRED_ISSUE_EXECUTION, holder
+            return
+        try:
+            with transaction.atomic():
+                run = HeartbeatRun.objects.create(
+                    company_id=agent.company_id, agent=agent, issue=issue, invocation_source=source,
+                    wake_reason=reason, adapter_type=agent.adapter_type,
+                    context={**wake.context, "commentIds": comment_ids, "wakeReasons": [reason] if reason else []},
+                    **run_fields,
+                )
+                # The constraint covers runs until they start: one that was created and claimed
+                # since the read above is visible now (it committed before this insert).
+                if issue is not None and HeartbeatRun.objects.filter(
+                    agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES, stop_requested_at__isnull=True,
+                ).exclude(pk=run.pk).exists():
+                    raise _SlotTaken
+        except (IntegrityError, _SlotTaken) as exc:
+            lost = exc  # a concurrent wake took the live slot first: coalesce into its run
+            continue
+        wake.run, wake.status = run, WakeStatus.CLAIMED
         return
-    holder = _lock_holder(agent, issue)
-    if holder is not None:
-        wake.status, wake.deferred_for_run = WakeStatus.DEFERRED_ISSUE_EXECUTION, holder
-        return
-    wake.run = HeartbeatRun.objects.create(
-        company_id=agent.company_id, agent=agent, issue=issue, invocation_source=source, wake_reason=reason,
-        adapter_type=agent.adapter_type,
-        context={**wake.context, "commentIds": comment_ids, "wakeReasons": [reason] if reason else []},
-        **run_fields,
-    )
-    wake.status = WakeStatus.CLAIMED
+    raise IntegrityError(f"no live run to join and none could be created ({lost!r})")
+
+
+class _SlotTaken(Exception):
+    """Rolls back a new run that found another live run for its agent and issue."""
 
 
 def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context: dict):
