@@ -84,6 +84,20 @@ def ensure_secret_key():
     os.environ.setdefault("SECRET_KEY", "bench-" + secrets.token_urlsafe(40))
 
 
+def configure_worker_env(*, default_db: str, redis_db: int, secret_name: str, secret: str) -> str:
+    """The environment the Celery-backed benches share (before Django is set up): their database,
+    a real broker on its own Redis database, kicks not eager, the webhook secret they sign with."""
+    url = os.environ.get("DATABASE_URL") or default_db
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "paperclip.settings"
+    os.environ["DEBUG"] = "False"
+    os.environ.setdefault("LOG_LEVEL", "ERROR")
+    os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:6379/{redis_db}"
+    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "False"
+    os.environ[secret_name] = secret
+    return url
+
+
 def launch(args, script: str, extra: list[str], name: str, urlconf: str) -> tuple[subprocess.Popen, str]:
     """Start the server ``args.server`` names; returns (process, base URL)."""
     if getattr(args, "server", "threaded") == "gunicorn":

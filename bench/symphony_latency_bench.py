@@ -52,14 +52,8 @@ from bench.serving import github_signature, redis_empty, serve_wsgi, stop_server
 
 
 def configure_env(args) -> str:
-    url = os.environ.get("DATABASE_URL") or DEFAULT_DB
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "paperclip.settings"
-    os.environ["DEBUG"] = "False"
-    os.environ.setdefault("LOG_LEVEL", "ERROR")
-    os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:6379/{args.redis_db}"
-    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "False"
-    os.environ["PAPERCLIP_SECRET_BENCH_SYMPHONY_SECRET"] = SECRET
+    url = serving.configure_worker_env(default_db=DEFAULT_DB, redis_db=args.redis_db, secret_name="PAPERCLIP_SECRET_BENCH_SYMPHONY_SECRET",
+                                       secret=SECRET)
     return url
 
 

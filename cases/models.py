@@ -7,6 +7,7 @@ from django.db.models.functions import Lower
 
 from issues.choices import ActorType, AuthorType, DocumentFormat
 from issues.models.base import UUIDModel, choices_check
+from issues.models.thread import DocumentVisibility
 
 from .choices import (
     OPEN_HANDOFF_STATUSES,
@@ -187,7 +188,7 @@ class CaseHandoff(UUIDModel):
         return f"{self.case_id} handoff {self.status}"
 
 
-class CaseDocument(UUIDModel):
+class CaseDocument(UUIDModel, DocumentVisibility):
     """A document of the case itself (seed 001's "historical case-owned document"), beside the
     primary and linked tasks' own documents. Key-addressed and revisioned like an issue document,
     with the same visibility flags: agents' bounded page reads skip system and quarantined ones."""
@@ -200,12 +201,6 @@ class CaseDocument(UUIDModel):
     latest_revision = models.ForeignKey("cases.CaseDocumentRevision", null=True, blank=True,
                                         on_delete=models.SET_NULL, related_name="+")
     revision_count = models.PositiveIntegerField(default=0)
-    system = models.BooleanField(default=False, help_text="Written by the host for itself, not agent material.")
-    quarantined_at = models.DateTimeField(null=True, blank=True,
-                                          help_text="Set by an operator: withheld from agents' page reads.")
-    quarantined_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                       related_name="+")
-    quarantine_reason = models.CharField(max_length=500, blank=True)
 
     # Where an operator's quarantine/release is audited (issues.services.document_visibility).
     activity_entity_type = "case"

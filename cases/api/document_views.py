@@ -7,7 +7,7 @@ from rest_framework.views import APIView
 
 from issues.actors import actor_from_request
 from issues.api.document_visibility import DocumentQuarantineSerializer
-from issues.api.serializers import DocumentWriteSerializer
+from issues.api.serializers import DocumentSerializer, DocumentWriteSerializer
 from issues.api.views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, parse
 from issues.services import document_visibility
 
@@ -16,22 +16,13 @@ from .. import documents, selectors
 CASE_ID_PARAM = OpenApiParameter("case_id", str, OpenApiParameter.PATH, description="UUID or identifier (PREFIX-C<n>).")
 
 
-class CaseDocumentSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    companyId = serializers.UUIDField(source="company_id")
+class CaseDocumentSerializer(DocumentSerializer):
+    """An issue document's shape, owned by a case: ``caseId`` instead of ``issueId`` (and without
+    the legacy ``revisionId`` / ``revisionNumber`` aliases, which only issue documents ever had)."""
+    issueId = None
+    revisionId = None
+    revisionNumber = None
     caseId = serializers.UUIDField(source="case_id")
-    key = serializers.CharField()
-    title = serializers.CharField()
-    format = serializers.CharField()
-    body = serializers.CharField(source="latest_revision.body", default="")
-    latestRevisionId = serializers.UUIDField(source="latest_revision_id", allow_null=True)
-    latestRevisionNumber = serializers.IntegerField(source="revision_count")
-    # Withheld from agents' bounded case page reads: host-written, or quarantined by an operator.
-    system = serializers.BooleanField()
-    quarantinedAt = serializers.DateTimeField(source="quarantined_at", allow_null=True)
-    quarantineReason = serializers.CharField(source="quarantine_reason")
-    createdAt = serializers.DateTimeField(source="created_at")
-    updatedAt = serializers.DateTimeField(source="updated_at")
 
 
 class CaseDocumentSummarySerializer(CaseDocumentSerializer):

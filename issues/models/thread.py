@@ -35,7 +35,22 @@ class Comment(UUIDModel):
         ]
 
 
-class Document(UUIDModel):
+class DocumentVisibility(models.Model):
+    """Visibility to the bounded case page reads (cases.reading), which skip both kinds; shared by
+    issue documents and case-owned ones (``cases.CaseDocument``)."""
+
+    system = models.BooleanField(default=False, help_text="Written by the host for itself, not agent material.")
+    quarantined_at = models.DateTimeField(null=True, blank=True,
+                                          help_text="Set by an operator: withheld from agents' page reads.")
+    quarantined_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+")
+    quarantine_reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class Document(UUIDModel, DocumentVisibility):
     """A key-addressed issue document (``plan``, ``workflow`` …); its text lives in revisions."""
 
     company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="+")
@@ -47,13 +62,6 @@ class Document(UUIDModel):
         "issues.DocumentRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     revision_count = models.PositiveIntegerField(default=0)
-    # Visibility to the bounded case page reads (cases.reading), which skip both kinds.
-    system = models.BooleanField(default=False, help_text="Written by the host for itself, not agent material.")
-    quarantined_at = models.DateTimeField(null=True, blank=True,
-                                          help_text="Set by an operator: withheld from agents' page reads.")
-    quarantined_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                       related_name="+")
-    quarantine_reason = models.CharField(max_length=500, blank=True)
 
     # Where an operator's quarantine/release is audited (issues.services.document_visibility).
     activity_entity_type = "issue"
