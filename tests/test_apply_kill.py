@@ -89,7 +89,7 @@ def _backlog(settings):
         actor=SYSTEM, company=company, name="kill test", provider_key="github_issues",
         base_url="https://api.github.invalid", containers=[REPO], webhook_secret={"value": SECRET},
         state_mapping={"open": "backlog", "closed": "terminal"}, triage_agent_id=triage.pk)
-    settings.CONNECTORS["KICK_ON_COMMIT"] = False  # stored only: the worker processes apply it
+    settings.CONNECTORS = {**settings.CONNECTORS, "KICK_ON_COMMIT": False}  # stored only: the worker processes apply it
     for event, payload in _payloads():
         body = json.dumps(payload).encode()
         webhook_intake(instance=instance, body=body, headers={

@@ -11,6 +11,9 @@ from tests.connector_fakes import FakeTrackerAdapter
 from tests.factories import AgentFactory
 
 MAX_QUERIES = 20
+# An import also creates its issue's first run: without the agent row lock, the wake checks after
+# its insert that no run of the same agent and issue started meanwhile (issues.services.wakeups).
+MAX_IMPORT_QUERIES = 21
 
 
 def _bulk_links(instance, store, count):
@@ -91,5 +94,5 @@ def test_queries_per_applied_event_are_bounded_and_independent_of_link_count():
     imported, edited, commented = large
     assert edited <= MAX_QUERIES and commented <= MAX_QUERIES
     # An import includes the host's issue creation (numbering, audit, assignment wake).
-    assert imported <= MAX_QUERIES
+    assert imported <= MAX_IMPORT_QUERIES
     assert small == large
