@@ -6,6 +6,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 from django.db.models import Subquery
+from django.db.models.constants import OnConflict
 from django.utils import timezone
 
 from connectors.choices import (
@@ -71,27 +72,38 @@ def dropped(text):
 
 
 # --------------------------------------------------------------------------------------- storing
+_INSERTED_FIELDS = [f for f in InboundEvent._meta.concrete_fields if not f.primary_key]
+
+
 def event_store(*, instance: ConnectorInstance, event: VerifiedEvent, source: str = EventSource.WEBHOOK,
                 headers: dict | None = None, body: bytes = b"", verified: bool = True,
                 verification: str = "") -> tuple[InboundEvent, bool]:
-    """Insert the event once per (instance, idempotency key); a re-delivery returns the stored row."""
+    """Insert the event once per (instance, idempotency key); a re-delivery returns the stored row.
+    One ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: the constraint dedupes, with no savepoint
+    and, outside a transaction, no BEGIN/COMMIT; only a redelivery reads the stored row."""
     key = (event.event_id or "")[:300]
     # A delivery with nothing to apply (a ping, an Asana heartbeat, an event of no task) is finished as
     # it is stored: no task queue would ever pick it up, and it must not count as queue depth.
     idle = event.kind == EventKind.IGNORED or not event.external_task_id
     finished = ({"status": EventStatus.DROPPED, "applied_at": timezone.now(),
                  "outcome": f"nothing to do for {event.action or 'this event'}"[:300]} if idle else {})
-    try:
-        with transaction.atomic():
-            row = InboundEvent.objects.create(
-                instance=instance, company_id=instance.company_id, idempotency_key=key, source=source,
-                kind=event.kind, action=(event.action or "")[:100], external_task_id=event.external_task_id or "",
-                raw_headers=headers or {}, raw_body=body, payload=codec.dump(event), verified=verified,
-                verification=verification, occurred_at=event.occurred_at, **finished,
-            )
-        return row, True
-    except IntegrityError:
-        return InboundEvent.objects.get(instance=instance, idempotency_key=key), False
+    row = InboundEvent(
+        instance=instance, company_id=instance.company_id, idempotency_key=key, source=source,
+        kind=event.kind, action=(event.action or "")[:100], external_task_id=event.external_task_id or "",
+        raw_headers=headers or {}, raw_body=body, payload=codec.dump(event), verified=verified,
+        verification=verification, occurred_at=event.occurred_at, **finished,
+    )
+    returned = InboundEvent._base_manager._insert([row], fields=_INSERTED_FIELDS,
+                                                  returning_fields=[InboundEvent._meta.pk],
+                                                  on_conflict=OnConflict.IGNORE)
+    if not returned or returned[0] is None or returned[0][0] is None:
+        stored = InboundEvent.objects.filter(instance=instance, idempotency_key=key).first()
+        if stored is None:  # (SQLite's OR IGNORE also skips a row that breaks a CHECK: never silently)
+            raise IntegrityError(f"inbound event {key} was not stored")
+        return stored, False
+    row.pk = returned[0][0]
+    row._state.adding = False
+    return row, True
 
 
 def kick(instance_id, external_task_id: str):

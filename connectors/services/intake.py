@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
-from django.db.models.constants import OnConflict
 from django.utils import timezone
 
 from connectors.choices import ErrorCategory, EventKindChoice, EventSource, EventStatus, InstanceStatus, LinkStatus
@@ -37,7 +36,7 @@ from paperclip.core.parsers import max_depth as max_json_depth
 
 from . import codec
 from .common import adapter_for, conf, container_allowed, registration_of, sync_error_record
-from .inbound import kick
+from .inbound import event_store, kick
 from .instances import webhook_url
 from .webhook_setup import handshake_accept
 
@@ -176,8 +175,8 @@ def _store(instance: ConnectorInstance, verified: VerifiedEvent, *, headers: dic
     first, created = None, False
     for position, event in enumerate(_events_of(verified)):
         signed = event.trusted_content
-        row, new = _insert_once(instance=instance, event=event, source=source, headers=headers, body=body,
-                                verified=signed, verification="signature" if signed else "unverified")
+        row, new = event_store(instance=instance, event=event, source=source, headers=headers, body=body,
+                               verified=signed, verification="signature" if signed else "unverified")
         if not new and row.kind == EventKindChoice.UNPARSED and row.status == EventStatus.PARKED:
             row, new = _reparsed(row, event), True
         if new and instance.status == InstanceStatus.ACTIVE and row.external_task_id and \
@@ -186,36 +185,6 @@ def _store(instance: ConnectorInstance, verified: VerifiedEvent, *, headers: dic
         if position == 0:
             first, created = row, new
     return first, created
-
-
-_INSERTED_FIELDS = [f for f in InboundEvent._meta.concrete_fields if not f.primary_key]
-
-
-def _insert_once(*, instance: ConnectorInstance, event: VerifiedEvent, source: str, headers: dict, body: bytes,
-                 verified: bool, verification: str) -> tuple[InboundEvent, bool]:
-    """The row :func:`inbound.event_store` stores, as one ``INSERT ... ON CONFLICT DO NOTHING RETURNING
-    id``: the (instance, idempotency key) constraint dedupes, with no savepoint and, outside a
-    transaction, no BEGIN/COMMIT. A redelivery reads the stored row (the only second statement)."""
-    key = (event.event_id or "")[:300]
-    idle = event.kind == EventKind.IGNORED or not event.external_task_id  # nothing to apply: finished as stored
-    finished = ({"status": EventStatus.DROPPED, "applied_at": timezone.now(),
-                 "outcome": f"nothing to do for {event.action or 'this event'}"[:300]} if idle else {})
-    row = InboundEvent(
-        instance=instance, company_id=instance.company_id, idempotency_key=key, source=source,
-        kind=event.kind, action=(event.action or "")[:100], external_task_id=event.external_task_id or "",
-        raw_headers=headers or {}, raw_body=body, payload=codec.dump(event), verified=verified,
-        verification=verification, occurred_at=event.occurred_at, **finished,
-    )
-    returned = InboundEvent._base_manager._insert([row], fields=_INSERTED_FIELDS, returning_fields=[InboundEvent._meta.pk],
-                                                  on_conflict=OnConflict.IGNORE)
-    if not returned or returned[0] is None or returned[0][0] is None:
-        stored = InboundEvent.objects.filter(instance=instance, idempotency_key=key).first()
-        if stored is None:  # (SQLite's OR IGNORE also skips a row that breaks a CHECK: never silently)
-            raise IntegrityError(f"inbound event {key} was not stored")
-        return stored, False
-    row.pk = returned[0][0]
-    row._state.adding = False
-    return row, True
 
 
 def _reparsed(row: InboundEvent, event: VerifiedEvent) -> InboundEvent:
