@@ -196,14 +196,12 @@ DISPATCHER = """
 import json, os, sys, time
 import django
 django.setup()
-from issues.services.dispatch import dispatch_runs, run_claim
+from issues.services.dispatch import dispatch_claim
 owner, stop = sys.argv[1], sys.argv[2]
 claimed = []
 print("ready", flush=True)
-while not os.path.exists(stop):
-    for run_id in dispatch_runs(limit=100):
-        if run_claim(run_id=run_id, owner=owner) is not None:
-            claimed.append(str(run_id))
+while not os.path.exists(stop):  # the worker's and the Celery task's pass: one batched claim
+    claimed += [str(run.pk) for run in dispatch_claim(owner=owner, limit=100)]
     time.sleep(0.01)  # pacing of the poll loop on a shared CPU
 print(json.dumps(claimed), flush=True)
 """
