@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from issues.models import RunnerCommand, RunnerSession
+from issues.models import HeartbeatRun, RunnerCommand, RunnerSession
 
 from .contract import COMMAND_SCHEMAS  # the command schema discriminator per negotiated version
 
@@ -26,6 +26,10 @@ def command_issue(*, session: RunnerSession, command_type: str, payload: dict | 
     """Store the next command of ``session``'s run. The counter moves in the same transaction as
     the row is written, so sequence numbers never skip or repeat, even with concurrent issuers."""
     with transaction.atomic():
+        # Run first, then the session, as every other writer of a runner session does: a board
+        # answer or a test issuing a command while the runner posts events deadlocked otherwise
+        # (the command row's deferred FK check takes a key-share lock on the run at commit).
+        HeartbeatRun.objects.select_for_update().filter(pk=session.pk).values_list("pk").first()
         RunnerSession.objects.filter(pk=session.pk).update(controller_seq=F("controller_seq") + 1)
         seq, version = RunnerSession.objects.values_list("controller_seq", "protocol_version").get(pk=session.pk)
         command_id = f"cmd_{uuid.uuid4().hex}"
