@@ -93,6 +93,33 @@ def _int(value) -> int:
         return 0
 
 
+def context_merged(current: dict, wake_reason: str, comment_ids: list[str], reason: str, context: dict) -> dict:
+    """A run's context after one more wake joins it: the wake's keys win; comment ids are a union in
+    arrival order; ``wakeReasons`` lists reasons oldest first (the newest WAKE_REASONS_KEPT).
+    ``wake_reason`` is the run's reason column (the first entry when the context has no list yet)."""
+    current = current or {}
+    merged = {**current, **{k: v for k, v in context.items() if k not in ("commentIds", "wakeReasons")}}
+    if comment_ids:
+        known = current.get("commentIds", [])
+        merged["commentIds"] = known + [c for c in comment_ids if c not in known]
+        if "wakeCommentId" not in context and "wakeCommentId" in current:
+            merged["wakeCommentId"] = comment_ids[-1]  # the newest wake's comment, not an older one
+    if reason:
+        reasons = list(current.get("wakeReasons") or ([wake_reason] if wake_reason else []))
+        merged["wakeReasons"] = (reasons + [reason])[-WAKE_REASONS_KEPT:]
+    return merged
+
+
+def pending_wakes_apply(run, pending) -> int:
+    """Carry wakes not yet folded into ``run`` (in memory, oldest first), as each would have been
+    carried on arrival: ``pending`` holds (reason, context) pairs. Returns how many."""
+    for reason, context in pending:
+        run.context = context_merged(run.context, run.wake_reason, [], reason, context or {})
+        if reason:
+            run.wake_reason = reason
+    return len(pending)
+
+
 def wake_facts(run) -> WakeFacts:
     """The run's wake facts from ``run.context`` and its columns (no query)."""
     context = run.context or {}

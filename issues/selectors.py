@@ -10,7 +10,7 @@ from issues.actors import Actor
 from issues.choices import TERMINAL_ISSUE_STATUSES
 from issues.exceptions import Forbidden, InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
-from issues.models import Agent, Approval, Comment, Document, HeartbeatRun, Issue, RunEvent
+from issues.models import Agent, Approval, Comment, Document, HeartbeatRun, Issue, RunEvent, WakeupRequest
 from issues.operator_alerts import operator_alerts
 
 ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")
@@ -85,6 +85,24 @@ def run_get(*, actor: Actor, pk) -> HeartbeatRun:
     if actor.is_agent:
         qs = qs.filter(agent=actor.agent)
     return scoped_get(qs, actor, pk, "Run")
+
+
+def runs_with_pending_wakes(runs: list) -> list:
+    """Runs as readers should see them: with the wakes the insert-only fast path recorded and no
+    fold has carried into them yet (in memory, never saved; one query, none for no runs). Runs
+    read without their context (lists) are left as folded (the sweep folds within a tick)."""
+    from issues.run_context import pending_wakes_apply
+
+    with_context = {r.pk: r for r in runs if r is not None and "context" not in r.get_deferred_fields()}
+    if not with_context:
+        return runs
+    pending: dict = {}
+    for run_id, reason, context in (WakeupRequest.objects.filter(run_id__in=list(with_context), folded=False)
+                                    .order_by("created_at", "id").values_list("run_id", "reason", "context")):
+        pending.setdefault(run_id, []).append((reason, context))
+    for run_id, wakes in pending.items():
+        pending_wakes_apply(with_context[run_id], wakes)
+    return runs
 
 
 def scoped_get(queryset, actor, pk, label, field="pk"):
@@ -355,8 +373,8 @@ def agent_live_runs(*, agent) -> list[HeartbeatRun]:
     """The agent's queued, scheduled-retry and running runs, newest first, one query."""
     from issues.choices import LIVE_RUN_STATUSES
 
-    return list(HeartbeatRun.objects.filter(agent=agent, status__in=LIVE_RUN_STATUSES)
-                .order_by("-created_at", "-id")[:WAKE_LIST_LIMIT])
+    return runs_with_pending_wakes(list(HeartbeatRun.objects.filter(agent=agent, status__in=LIVE_RUN_STATUSES)
+                                        .order_by("-created_at", "-id")[:WAKE_LIST_LIMIT]))
 
 
 def company_runs(*, company, params) -> list[HeartbeatRun]:

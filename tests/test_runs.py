@@ -13,7 +13,7 @@ from issues.models import ActivityLog, Comment, HeartbeatRun, Issue, WakeupReque
 from issues.services import dispatch, runs, scheduling
 from issues.services.checkout import issue_checkout
 from issues.services.thread import comment_create
-from issues.services.wakeups import agent_wakeup
+from issues.services.wakeups import agent_wakeup, wakeups_fold
 from tests.factories import AgentFactory, IssueFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +40,7 @@ def test_wakes_for_same_agent_and_issue_coalesce_with_count_and_comment_ids(comp
     third = wake(agent, issue)
     assert first.status == "claimed" and second.status == third.status == "coalesced"
     assert second.run_id == third.run_id == first.run_id
+    wakeups_fold(run_id=first.run_id)  # as the run starts
     first.refresh_from_db()
     assert first.coalesced_count == 2
     assert first.run.context["commentIds"] == [str(c1.pk), str(c2.pk)]

@@ -13,9 +13,11 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from issues.actors import SYSTEM
-from issues.models import ActivityLog, HeartbeatRun, WakeupRequest
+from issues.models import ActivityLog, Comment, HeartbeatRun, WakeupRequest
 from issues.run_context import WAKE_REASONS_KEPT
-from issues.services.wakeups import agent_wakeup
+from issues.selectors import runs_with_pending_wakes
+from issues.services.runs import run_finish
+from issues.services.wakeups import agent_wakeup, wakeups_fold, wakeups_fold_sweep
 from tests.factories import AgentFactory, IssueFactory, RunFactory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +53,11 @@ def run_threads(threads: int, op):
 
 def assert_one_run(agent, issue, wakes: int) -> HeartbeatRun:
     [run] = HeartbeatRun.objects.filter(agent=agent, issue=issue)
+    # the sweep carries the wakes into their live run (a queued one is also folded as it starts)
+    assert wakeups_fold_sweep()["latePlacedWakes"] == 0
+    run.refresh_from_db()
     rows = WakeupRequest.objects.filter(agent=agent, issue=issue)
+    assert not rows.filter(folded=False).exists()
     assert rows.count() == wakes and not rows.exclude(run=run).exists()
     [primary] = rows.filter(status="claimed")
     assert rows.filter(status="coalesced").count() == wakes - 1
@@ -79,9 +85,14 @@ def test_the_database_refuses_a_second_unstarted_run_for_one_agent_and_issue(com
     RunFactory(agent=agent, issue=issue, status="queued")
 
 
-# --- what a coalesced wake does (the one-statement path on PostgreSQL, the full path on SQLite) -
+# --- what a coalesced wake does (the insert-only path on PostgreSQL, the full path on SQLite) --
+def read_run(pk) -> HeartbeatRun:
+    """The run as the API reads it (GET /api/runs/{id}, /agents/me/wake): with unfolded wakes."""
+    return runs_with_pending_wakes([HeartbeatRun.objects.get(pk=pk)])[0]
+
+
 @pytest.mark.django_db
-def test_a_coalesced_wake_records_itself_bumps_the_primary_and_merges_into_the_run(company):
+def test_a_coalesced_wake_records_itself_and_its_run_reads_and_folds_it_in_order(company):
     agent, issue = AgentFactory(company=company), IssueFactory(company=company)
     first = wake(agent, issue, reason="issue_assigned", context={"taskPacket": "old", "keep": "me"})
     second = wake(agent, issue, reason="issue_commented", context={"taskPacket": "new", "commentIds": ["x"]})
@@ -91,19 +102,48 @@ def test_a_coalesced_wake_records_itself_bumps_the_primary_and_merges_into_the_r
     stored = WakeupRequest.objects.get(pk=second.pk)
     assert (stored.status, stored.run_id, stored.reason, stored.context) == (
         "coalesced", first.run_id, "issue_commented", {"taskPacket": "new", "commentIds": ["x"]})
+
+    def assert_merged(run):
+        assert run.wake_reason == "issue_commented"
+        assert run.context["wakeReasons"] == ["issue_assigned", "issue_commented"]
+        assert (run.context["taskPacket"], run.context["keep"], run.context["commentIds"]) == ("new", "me", [])
+
+    assert_merged(read_run(first.run_id))  # readers see the wakes before any fold
+    wakeups_fold(run_id=first.run_id)  # as the run starts
+    assert not WakeupRequest.objects.filter(run_id=first.run_id, folded=False).exists()
     assert WakeupRequest.objects.get(pk=first.pk).coalesced_count == 2
     run = HeartbeatRun.objects.get(pk=first.run_id)
-    assert run.wake_reason == "issue_commented"
-    assert run.context["wakeReasons"] == ["issue_assigned", "issue_commented"]
-    assert (run.context["taskPacket"], run.context["keep"], run.context["commentIds"]) == ("new", "me", [])
+    assert_merged(run)
+    assert_merged(read_run(first.run_id))  # and nothing is applied twice
     audit = ActivityLog.objects.get(action="agent.wakeup_requested", details__wakeupId=str(second.pk))
     assert audit.run_id == first.run_id and audit.actor_type == "system"
     assert audit.details == {"wakeupId": str(second.pk), "status": "coalesced", "source": "on_demand",
                              "issueId": str(issue.pk), "skipReason": ""}
     for n in range(WAKE_REASONS_KEPT + 3):
         wake(agent, issue, reason=f"ping {n}")
+    kept = [f"ping {n}" for n in range(3, WAKE_REASONS_KEPT + 3)]
+    assert read_run(first.run_id).context["wakeReasons"] == kept
+    # a wake of the full path (comment ids) folds the earlier ones first: arrival order is kept
+    comment = Comment.objects.create(company=company, issue=issue, author_type="user", body="more")
+    wake(agent, issue, reason="last", comment_ids=[comment.pk])
     run.refresh_from_db()
-    assert run.context["wakeReasons"] == [f"ping {n}" for n in range(3, WAKE_REASONS_KEPT + 3)]
+    assert run.context["wakeReasons"] == kept[1:] + ["last"] and run.wake_reason == "last"
+    assert WakeupRequest.objects.get(pk=first.pk).coalesced_count == 2 + WAKE_REASONS_KEPT + 3 + 1
+
+
+@pytest.mark.django_db
+def test_the_run_ends_with_every_wake_that_joined_it(company):
+    agent, issue = AgentFactory(company=company), IssueFactory(company=company)
+    first = wake(agent, issue, reason="go")
+    HeartbeatRun.objects.filter(pk=first.run_id).update(status="running", started_at=timezone.now())
+    joined = [wake(agent, issue, reason=f"while running {n}") for n in range(3)]
+    run = run_finish(run=HeartbeatRun.objects.get(pk=first.run_id), status="succeeded")
+    assert run.context["wakeReasons"] == ["go"] + [f"while running {n}" for n in range(3)]
+    assert HeartbeatRun.objects.get(pk=run.pk).context == run.context
+    rows = WakeupRequest.objects.filter(pk__in=[first.pk] + [w.pk for w in joined])
+    assert set(rows.values_list("status", "folded")) == {("completed", True)}
+    assert WakeupRequest.objects.get(pk=first.pk).coalesced_count == 3
+    assert wakeups_fold_sweep() == {"foldedWakes": 0, "latePlacedWakes": 0}
 
 
 @pytest.mark.django_db
@@ -121,6 +161,7 @@ def test_a_wake_with_a_skip_reason_never_joins_the_live_run(company):
     issue.status = "done"
     issue.save()
     assert wake(agent, issue).skip_reason == "issue_terminal"
+    wakeups_fold(run_id=first.run_id)
     primary = WakeupRequest.objects.get(pk=first.pk)
     assert primary.coalesced_count == 0 and primary.run.wake_reason == "go"
 
@@ -136,6 +177,7 @@ def test_idempotency_key_and_rollback_with_the_callers_transaction(company):
         wake(agent, issue, reason="rolled back")
         raise RuntimeError
     assert WakeupRequest.objects.filter(agent=agent).count() == 2
+    wakeups_fold(run_id=first.run_id)
     primary = WakeupRequest.objects.get(pk=first.pk)
     assert primary.coalesced_count == 1 and primary.run.wake_reason == ""
 
@@ -190,6 +232,43 @@ def test_racing_first_wakes_for_many_issues_each_make_exactly_one_run(company):
     run_threads(8, lambda i: [wake(agent, issue, reason=f"t{i}") for issue in issues])
     for issue in issues:
         assert_one_run(agent, issue, 8)
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_wake_that_joins_a_run_in_the_instant_it_ends_is_placed_again_by_the_sweep(company):
+    """The fast path reads the run live and locks nothing; the run ends before the wake commits.
+    The wake is not lost: the sweep gives it the run a wake after the end would get."""
+    agent, issue = AgentFactory(company=company), IssueFactory(company=company)
+    first = wake(agent, issue, reason="go")
+    HeartbeatRun.objects.filter(pk=first.run_id).update(status="running", started_at=timezone.now())
+    inserted, ended, result = threading.Event(), threading.Event(), {}
+
+    def late():
+        try:
+            with transaction.atomic():
+                result["wake"] = wake(agent, issue, reason="late")
+                inserted.set()
+                assert ended.wait(30)  # commits only after the run has ended
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=late)
+    thread.start()
+    assert inserted.wait(30)
+    run = run_finish(run=HeartbeatRun.objects.get(pk=first.run_id), status="succeeded")
+    ended.set()
+    thread.join(30)
+    late_wake = result["wake"]
+    assert (late_wake.status, late_wake.run_id) == ("coalesced", run.pk)
+    assert "late" not in run.context["wakeReasons"]  # the finish could not see it
+    assert wakeups_fold_sweep()["latePlacedWakes"] == 1
+    stored = WakeupRequest.objects.select_related("run").get(pk=late_wake.pk)
+    assert stored.folded and stored.run_id != run.pk and stored.run.status in ("queued", "running")
+    assert read_run(stored.run_id).context["wakeReasons"][-1] == "late"
+    assert ActivityLog.objects.filter(action="agent.wakeup_promoted", details__wakeupId=str(stored.pk),
+                                      details__afterRunId=str(run.pk)).exists()
+    assert wakeups_fold_sweep()["latePlacedWakes"] == 0  # once
 
 
 DISPATCHER = """

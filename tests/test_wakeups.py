@@ -1,5 +1,6 @@
 """The foundation's wakeup endpoint: it records the request and returns a run id."""
 from issues.models import HeartbeatRun, WakeupRequest
+from issues.services.wakeups import wakeups_fold
 from tests.factories import AgentFactory, IssueFactory
 
 
@@ -25,6 +26,7 @@ def test_wakes_for_same_agent_and_issue_coalesce_into_the_live_run(board_client,
     second = wake(board_client, agent, issueId=str(issue.pk), commentIds=[]).json()
     assert second["coalesced"] is True and second["runId"] == first["runId"]
     assert HeartbeatRun.objects.filter(agent=agent).count() == 1
+    wakeups_fold(run_id=first["runId"])  # as the run starts
     assert WakeupRequest.objects.get(pk=first["wakeupRequestId"]).coalesced_count == 1
 
 

@@ -199,7 +199,8 @@ class AgentHeartbeatInvokeView(APIView):
         if wake.run_id is None:
             body = {"status": "skipped", "reason": wake.skip_reason or wake.status, "wakeupRequestId": wake.pk}
             return Response(a.InvokeSkippedSerializer(body).data, status=status.HTTP_202_ACCEPTED)
-        return Response({**RunSerializer(wake.run).data, "wakeupRequestId": str(wake.pk)},
+        run = selectors.runs_with_pending_wakes([wake.run])[0]
+        return Response({**RunSerializer(run).data, "wakeupRequestId": str(wake.pk)},
                         status=status.HTTP_202_ACCEPTED)
 
 

@@ -269,6 +269,8 @@ class AgentWakeupView(APIView):
             actor=actor, agent=agent, source=data["source"], reason=data["reason"], issue=issue,
             idempotency_key=data.get("idempotencyKey"), comment_ids=[str(c) for c in data["commentIds"]],
         )
+        if wake.run_id is not None:
+            wake.run = selectors.runs_with_pending_wakes([wake.run])[0]
         return Response(s.WakeupResultSerializer(wake).data, status=status.HTTP_201_CREATED)
 
 
@@ -318,7 +320,8 @@ class IssueRunStopView(APIView):
 class RunDetailView(APIView):
     @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS}, operation_id="runs_retrieve")
     def get(self, request, run_id):
-        return Response(s.RunDetailSerializer(selectors.run_get(actor=actor_from_request(request), pk=run_id)).data)
+        run = selectors.run_get(actor=actor_from_request(request), pk=run_id)
+        return Response(s.RunDetailSerializer(selectors.runs_with_pending_wakes([run])[0]).data)
 
 
 class CompanyListView(APIView):

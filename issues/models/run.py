@@ -112,24 +112,35 @@ class WakeupRequest(UUIDModel):
     coalesced_count = models.PositiveIntegerField(default=0)
     comment_ids = models.JSONField(default=list, blank=True)
     run = models.ForeignKey(HeartbeatRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="wakeups")
+    # Mostly empty references, indexed only where set (Meta.indexes): a burst of wakes writes no
+    # index entries for them.
     requested_by_agent = models.ForeignKey(
-        "issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     requested_by_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     skip_reason = models.CharField(max_length=200, blank=True)
     # Deferred while another run holds the issue's execution lock; promoted when it ends.
     deferred_for_run = models.ForeignKey(
-        HeartbeatRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="deferred_wakeups"
+        HeartbeatRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="deferred_wakeups",
+        db_index=False,
     )
     context = models.JSONField(default=dict, blank=True)
+    # False: a coalesced wake recorded by the insert-only fast path whose reason, context and count
+    # are not yet carried into its run and primary wake (services.wakeups.wakeups_fold does that).
+    folded = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [
             # The wake that created a run, found on every coalesce without scanning coalesced rows.
             models.Index(fields=["run", "created_at"], condition=~Q(status="coalesced"), name="wakeup_run_primary_idx"),
+            # The wakes still to fold, per run (fold at start, finish and on the sweep).
+            models.Index(fields=["run", "created_at"], condition=Q(folded=False), name="wakeup_unfolded_idx"),
+            *(models.Index(fields=[f], condition=Q(**{f"{f}__isnull": False}), name=f"wakeup_{short}_set_idx")
+              for f, short in (("requested_by_agent", "by_agent"), ("requested_by_user", "by_user"),
+                               ("deferred_for_run", "deferred"))),
         ]
         constraints = [
             choices_check("source", WakeSource, "wakeup_source_valid"),

@@ -21,6 +21,7 @@ from .activity import activity_context_current, activity_record
 from .run_policy import run_policy_for
 from .run_results import finish_status, run_result_record
 from .runs import run_finish, runs_promote_due_retries
+from .wakeups import wakeups_fold
 
 log = logging.getLogger(__name__)
 WORKSPACE_BUSY_RETRY_SECONDS = 5
@@ -238,6 +239,7 @@ def run_execute(*, run_id, owner: str, claimed_by: str | None = None) -> Heartbe
             return None
     elif not _take_over(run_id=run_id, claimed_by=claimed_by, owner=owner):
         return None
+    wakeups_fold(run_id=run_id)  # the run starts with every wake that joined it while queued
     run = HeartbeatRun.objects.select_related("agent", "issue", "issue__project").get(pk=run_id)
     workspace = None
     if run.issue is not None:

@@ -297,6 +297,9 @@ def run_finish(*, run: HeartbeatRun, status: str, error: str = "", exit_code: in
         run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
         if run.status in TERMINAL_RUN_STATUSES:
             return run
+        from .wakeups import wakeups_fold_locked
+
+        wakeups_fold_locked(run)  # the run's history holds every wake that joined it
         if not liveness:
             liveness, liveness_reason = (run.liveness, run.liveness_reason) if (
                 run.liveness and status == RunStatus.SUCCEEDED) else _derive_liveness(run, status)

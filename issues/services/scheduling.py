@@ -12,7 +12,7 @@ from issues.choices import AgentStatus, WakeSource
 from issues.models import Agent, WakeupRequest
 
 from .runs import runs_promote_due_retries, runs_reap_stale
-from .wakeups import agent_wakeup
+from .wakeups import agent_wakeup, wakeups_fold_sweep
 
 
 def timer_heartbeats(*, now=None) -> int:
@@ -52,6 +52,7 @@ def sweep(*, owner: str, now=None) -> dict:
         "dueRetries": runs_promote_due_retries(now=now),
         "timerWakes": timer_heartbeats(now=now),
         "workspaces": workspace_retention_sweep(now=now),
+        **wakeups_fold_sweep(),
     }
     # Other apps' periodic work rides on the same tick (embedded worker and Celery beat alike).
     for _receiver, result in events.sweep_ticked.send(sender=None, now=now):

@@ -7,7 +7,8 @@ queued run that the dispatcher starts.
 One live run per agent and issue rests on a database constraint, not a lock: one unstarted run
 per agent and issue (run_unstarted_unique_per_agent_issue); a wake that loses the race to create
 the run coalesces into the winner's (_place). On PostgreSQL a plain coalescing wake is one
-statement (_coalesce_fast); the others take the full path.
+insert-only statement (_coalesce_fast) that wakeups_fold carries into the run later; the others
+take the full path.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from contextlib import nullcontext
 from functools import lru_cache
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DataError, IntegrityError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -30,7 +31,7 @@ from issues.choices import (
 )
 from issues.exceptions import InvalidInput, NotFound
 from issues.models import ActivityLog, Agent, Comment, HeartbeatRun, Issue, WakeupRequest
-from issues.run_context import WAKE_REASONS_KEPT
+from issues.run_context import context_merged, pending_wakes_apply
 
 from .activity import activity_context_current, activity_record
 from .kicks import kick_dispatcher
@@ -118,17 +119,17 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
 
 
 def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context) -> WakeupRequest | None:
-    """A wake joining the agent's live run in ONE statement (PostgreSQL): bump the primary wake,
-    merge reason and context into the run, insert the wake and its activity row, provided the
-    agent and issue would not skip it. No agent lock: the run row (then its primary wake) is all
-    it locks, for the length of the statement. None (nothing written) when the wake needs the
-    full path: no live run, a skip reason, an idempotency key already used, or not PostgreSQL.
+    """A wake joining the agent's live run in ONE insert-only statement (PostgreSQL): the wake row
+    (unfolded) and its activity row, provided there is a live run and the agent and issue would not
+    skip it. It locks nothing: a burst of wakes for one run never queues on the run's row, and
+    their reasons, context and count are carried into the run later, in order (wakeups_fold: when
+    the run starts and ends, by a later wake of the full path, and on the sweep; reads in between
+    see them through run_with_pending_wakes). None (nothing written) when the wake needs the full
+    path: no live run, a skip reason, an idempotency key already used, or not PostgreSQL.
 
     Outside a transaction the statement may commit asynchronously (opt-in
-    ``WAKE_COALESCE_ASYNC_COMMIT``, off by default): synchronously every wake holds the run row
-    through its own WAL flush, so 1,000 wakes for one run take 1,000 flushes in a row; with it a
-    crash can lose the newest ~0.6 s of acknowledged coalesced wakes (never a run, never a wake
-    that started one; PostgreSQL stays consistent)."""
+    ``WAKE_COALESCE_ASYNC_COMMIT``, off by default): a crash can then lose the newest ~0.6 s of
+    acknowledged coalesced wakes (never a run, never a wake that started one)."""
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql":
         return None  # SQLite serialises writers anyway; the full path is just as fast there
@@ -137,7 +138,7 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
         company_id=agent.company_id, agent_id=agent.pk, issue=issue, source=source, reason=reason,
         idempotency_key=idempotency_key or None, comment_ids=[], context=context, status=WakeStatus.COALESCED,
         requested_by_agent=actor.agent, requested_by_user=actor.user if actor.is_board else None,
-        created_at=now, updated_at=now,
+        folded=False, created_at=now, updated_at=now,
     )
     details = {"wakeupId": str(wake.pk), "status": wake.status, "source": source,
                "issueId": str(issue.pk) if issue else None, "skipReason": ""}
@@ -147,15 +148,11 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
                         entity_id=str(agent.pk), details={**activity_context_current(), **details},
                         created_at=now, **fields)
     nested = conn.in_atomic_block
-    # Outside a transaction the statement is its own (autocommit), so the run row stays locked for
-    # that one statement, not BEGIN..COMMIT. Inside one, a savepoint keeps a failed insert local.
+    # Inside the caller's transaction, a savepoint keeps a failed insert (idempotency key) local.
     asynchronous = not nested and settings.PAPERCLIP.get("WAKE_COALESCE_ASYNC_COMMIT", False)
-    # The wake's keys win; commentIds/wakeReasons are the run's own bookkeeping (as _merged_context).
-    keys = {k: v for k, v in context.items() if k not in ("commentIds", "wakeReasons")}
-    params = {"agent": agent.pk, "issue": issue.pk if issue is not None else None, "reason": reason,
-              "keys": _CONTEXT_FIELD.get_db_prep_save(keys, conn), "now": now,
+    params = {"agent": agent.pk, "issue": issue.pk if issue is not None else None,
               **_row_params("w", wake, conn), **_row_params("a", audit, conn)}
-    sql = _coalesce_sql(issue is not None, bool(reason), asynchronous)
+    sql = _coalesce_sql(issue is not None, asynchronous)
     try:
         with transaction.atomic(using=conn.alias) if nested else nullcontext(), conn.cursor() as cursor:
             if conn.queries_logged:  # debug/CaptureQueriesContext: through Django's cursor, so it is seen
@@ -166,15 +163,13 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
 
                 with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as raw:
                     row = raw.execute(sql, params, prepare=True).fetchone()
-    except DataError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) != "22012":
-            raise
-        return None  # division_by_zero: no live run to join, or a skip reason (see _coalesce_sql)
     except IntegrityError:
         if not idempotency_key:
             raise
         return None  # the key is taken: the full path returns the wake that has it
-    wake.run_id = row[2]
+    if row is None or row[0] is None:
+        return None  # no live run to join, or a skip reason: nothing was written
+    wake.run_id = row[0]
     wake._state.adding, wake._state.db = False, conn.alias
     return wake
 
@@ -199,21 +194,12 @@ def _sql_literal(value: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def _coalesce_sql(has_issue: bool, has_reason: bool, asynchronous: bool) -> str:
+def _coalesce_sql(has_issue: bool, asynchronous: bool) -> str:
     """The coalescing statement for one shape of wake (pyformat parameters; see _coalesce_fast)."""
     q = connections[DEFAULT_DB_ALIAS].ops.quote_name
-    run_t, wake_t = q(HeartbeatRun._meta.db_table), q(WakeupRequest._meta.db_table)
+    run_t = q(HeartbeatRun._meta.db_table)
     live = ", ".join(map(_sql_literal, LIVE_RUN_STATUSES))
-    ctx = "COALESCE(r.context, '{}'::jsonb) || CAST(%(keys)s AS jsonb)"
-    if has_reason:  # wakeReasons: the newest WAKE_REASONS_KEPT, oldest first (as _merged_context)
-        reasons = ("(CASE WHEN jsonb_typeof(r.context->'wakeReasons') = 'array' "
-                   "AND jsonb_array_length(r.context->'wakeReasons') > 0 THEN r.context->'wakeReasons' "
-                   "WHEN r.wake_reason <> '' THEN jsonb_build_array(r.wake_reason) ELSE '[]'::jsonb END "
-                   "|| jsonb_build_array(%(reason)s::text))")
-        ctx = (f"{ctx} || jsonb_build_object('wakeReasons', (SELECT jsonb_agg(e ORDER BY n) FROM "
-               f"jsonb_array_elements({reasons}) WITH ORDINALITY AS t(e, n) "
-               f"WHERE n > jsonb_array_length({reasons}) - {int(WAKE_REASONS_KEPT)}))")
-    # the skip reasons a wake without comment ids can have (as _skip_reason): none, or no statement
+    # the skip reasons a wake without comment ids can have (as _skip_reason): none, or no row
     skip = (f"EXISTS (SELECT 1 FROM {q(Agent._meta.db_table)} a WHERE a.id = CAST(%(agent)s AS uuid) "
             f"AND a.status NOT IN ({_sql_literal(AgentStatus.PAUSED)}, {_sql_literal(AgentStatus.TERMINATED)}) "
             "AND NOT (a.budget_monthly_cents > 0 AND a.spent_monthly_cents >= a.budget_monthly_cents))")
@@ -231,31 +217,19 @@ def _coalesce_sql(has_issue: bool, has_reason: bool, asynchronous: bool) -> str:
         return f"INSERT INTO {q(model._meta.db_table)} ({', '.join(q(f.column) for f in fields)}) " \
                f"SELECT {values} FROM target"
 
-    # Order matters for speed only: the inserts (from the unlocked read of the live run) run before
-    # the UPDATE locks the run row, so the row is held just for the UPDATE, the primary's bump and
-    # the commit. If the UPDATE joins nothing (the run ended meanwhile, or a skip reason holds),
-    # 1 / 0 aborts the whole statement: nothing is written and the full path places the wake.
+    # No row lock: the run is read as of the statement's start. A run that ends before the wake
+    # commits leaves it unfolded on an ended run; the sweep places it again (wakeups_place_late).
     return f"""
         WITH target AS (
             SELECT r.id FROM {run_t} r
             WHERE r.agent_id = CAST(%(agent)s AS uuid)
               AND {"r.issue_id = CAST(%(issue)s AS uuid)" if has_issue else "r.issue_id IS NULL"}
-              AND r.status IN ({live})
+              AND r.status IN ({live}) AND {skip}
             ORDER BY r.created_at LIMIT 1
-        ), wake AS ({insert(WakeupRequest, "w")} RETURNING 1
-        ), audit AS ({insert(ActivityLog, "a")} RETURNING 1
-        ), run AS (
-            UPDATE {run_t} r SET wake_reason = {"CAST(%(reason)s AS text)" if has_reason else "r.wake_reason"},
-              context = {ctx}, updated_at = CAST(%(now)s AS timestamptz)
-            FROM target WHERE r.id = target.id AND r.status IN ({live}) AND {skip}
-            RETURNING r.id
-        ), primaries AS (
-            UPDATE {wake_t} w SET coalesced_count = w.coalesced_count + 1
-            FROM run WHERE w.run_id = run.id AND w.status <> {_sql_literal(WakeStatus.COALESCED)}
+        ), wake AS ({insert(WakeupRequest, "w")}
+        ), audit AS ({insert(ActivityLog, "a")}
         ){", setting AS (SELECT set_config('synchronous_commit', 'off', true) AS v)" if asynchronous else ""}
-        SELECT (SELECT count(*) FROM wake) + (SELECT count(*) FROM audit),
-               1 / (SELECT count(*) FROM run)::int, (SELECT id FROM target){
-               ", (SELECT v FROM setting)" if asynchronous else ""}"""
+        SELECT (SELECT id FROM target){", (SELECT v FROM setting)" if asynchronous else ""}"""
 
 
 def _place(wake, agent, issue, source, comment_ids, reason, run_fields):
@@ -317,7 +291,8 @@ def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context:
             primary.coalesced_count += 1
             primary.comment_ids = primary.comment_ids + [c for c in comment_ids if c not in primary.comment_ids]
             primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
-    merged = _merged_context(run, comment_ids, reason, context)
+    wakeups_fold_locked(run)  # the fast path's earlier wakes first: reasons stay in arrival order
+    merged = context_merged(run.context, run.wake_reason, comment_ids, reason, context)
     changed = ["context"] if merged != run.context else []
     if reason and reason != run.wake_reason:
         run.wake_reason = reason
@@ -327,44 +302,81 @@ def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context:
         run.save(update_fields=[*changed, "updated_at"])
 
 
-def _merged_context(run: HeartbeatRun, comment_ids: list[str], reason: str, context: dict) -> dict:
-    """The run's context after a coalesced wake: the wake's keys win; comment ids are a union in
-    arrival order; ``wakeReasons`` lists reasons oldest first (the newest WAKE_REASONS_KEPT)."""
-    current = run.context or {}
-    merged = {**current, **{k: v for k, v in context.items() if k not in ("commentIds", "wakeReasons")}}
-    if comment_ids:
-        known = current.get("commentIds", [])
-        merged["commentIds"] = known + [c for c in comment_ids if c not in known]
-        if "wakeCommentId" not in context and "wakeCommentId" in current:
-            merged["wakeCommentId"] = comment_ids[-1]  # the newest wake's comment, not an older one
-    if reason:
-        reasons = list(current.get("wakeReasons") or ([run.wake_reason] if run.wake_reason else []))
-        merged["wakeReasons"] = (reasons + [reason])[-WAKE_REASONS_KEPT:]
-    return merged
+def _pending(run_id) -> list[tuple]:
+    return list(WakeupRequest.objects.filter(run_id=run_id, folded=False).order_by("created_at", "id")
+                .values_list("pk", "reason", "context"))
+
+
+def wakeups_fold_locked(run: HeartbeatRun) -> int:
+    """Carry the fast path's unfolded wakes into ``run`` (whose row the caller holds locked and may
+    save whole afterwards): reasons and context in arrival order, the count onto the primary wake.
+    One read when there is nothing to fold."""
+    pending = _pending(run.pk)
+    if not pending:
+        return 0
+    pending_wakes_apply(run, [(reason, context) for _pk, reason, context in pending])
+    now = timezone.now()
+    HeartbeatRun.objects.filter(pk=run.pk).update(context=run.context, wake_reason=run.wake_reason, updated_at=now)
+    WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED).update(
+        coalesced_count=F("coalesced_count") + len(pending))
+    WakeupRequest.objects.filter(pk__in=[pk for pk, _r, _c in pending]).update(folded=True)
+    return len(pending)
+
+
+def wakeups_fold(*, run_id) -> int:
+    """Fold a run's unfolded wakes (before it starts, and on the sweep). The run row is locked
+    FOR NO KEY UPDATE: folds of one run take turns, and the fast path's inserts never wait on it."""
+    if not WakeupRequest.objects.filter(run_id=run_id, folded=False).exists():
+        return 0
+    with transaction.atomic():
+        run = HeartbeatRun.objects.select_for_update(no_key=True).filter(pk=run_id).first()
+        if run is None or run.status not in LIVE_RUN_STATUSES:
+            return 0  # ended meanwhile: run_finish folded what it saw; the rest are late (below)
+        return wakeups_fold_locked(run)
+
+
+def wakeups_fold_sweep(*, limit: int = 200) -> dict:
+    """The sweep's share: fold live runs' wakes (so lists and the console catch up within a tick),
+    and place again the wakes that joined a run in the instant it ended (the fast path read the
+    run live, the run finished before the wake committed): they get the run a later wake would."""
+    unfolded = WakeupRequest.objects.filter(folded=False)
+    live = list(unfolded.filter(run__status__in=LIVE_RUN_STATUSES).values_list("run_id", flat=True)
+                .distinct()[:limit])
+    folded = sum(wakeups_fold(run_id=run_id) for run_id in live)
+    late = list(unfolded.exclude(run__status__in=LIVE_RUN_STATUSES).order_by("created_at")
+                .values_list("pk", "run_id")[:limit])
+    placed = sum(_place_again(pk, after_run_id, late=True) for pk, after_run_id in late)
+    return {"foldedWakes": folded, "latePlacedWakes": placed}
 
 
 def wakeups_promote_deferred(*, run: HeartbeatRun) -> int:
     """The run holding an issue's lock ended: its deferred wakes are placed again, in order."""
-    promoted = 0
-    for wake_id in WakeupRequest.objects.filter(
+    return sum(_place_again(wake_id, run.pk) for wake_id in WakeupRequest.objects.filter(
         deferred_for_run=run, status=WakeStatus.DEFERRED_ISSUE_EXECUTION
-    ).order_by("created_at").values_list("pk", flat=True):
-        with transaction.atomic():
-            wake = WakeupRequest.objects.select_for_update().get(pk=wake_id)
-            if wake.status != WakeStatus.DEFERRED_ISSUE_EXECUTION:
-                continue
-            agent = Agent.objects.select_for_update().get(pk=wake.agent_id)
-            issue = Issue.objects.get(pk=wake.issue_id) if wake.issue_id else None
-            wake.deferred_for_run = None
-            _place(wake, agent, issue, wake.source, wake.comment_ids, wake.reason, {})
-            wake.save()
-            activity_record(actor=SYSTEM, company_id=wake.company_id, action="agent.wakeup_promoted",
-                            entity_type="agent", entity_id=agent.pk, run=wake.run,
-                            details={"wakeupId": str(wake.pk), "status": wake.status, "afterRunId": str(run.pk)})
-            if wake.status == WakeStatus.CLAIMED:
-                kick_dispatcher()
-            promoted += 1
-    return promoted
+    ).order_by("created_at").values_list("pk", flat=True))
+
+
+def _place_again(wake_id, after_run_id, late: bool = False) -> bool:
+    """Place a waiting wake as if it arrived now: a deferred one whose lock holder ended, or (late)
+    an unfolded one whose run ended before it could be carried into it."""
+    with transaction.atomic():
+        wake = WakeupRequest.objects.select_for_update().filter(pk=wake_id).first()
+        waiting = wake is not None and (
+            (not wake.folded and not HeartbeatRun.objects.filter(pk=wake.run_id, status__in=LIVE_RUN_STATUSES)
+             .exists()) if late else wake.status == WakeStatus.DEFERRED_ISSUE_EXECUTION)
+        if not waiting:
+            return False
+        agent = Agent.objects.select_for_update().get(pk=wake.agent_id)
+        issue = Issue.objects.filter(pk=wake.issue_id).first() if wake.issue_id else None
+        wake.deferred_for_run, wake.run, wake.folded = None, None, True
+        _place(wake, agent, issue, wake.source, wake.comment_ids, wake.reason, {})
+        wake.save()
+        activity_record(actor=SYSTEM, company_id=wake.company_id, action="agent.wakeup_promoted",
+                        entity_type="agent", entity_id=agent.pk, run=wake.run,
+                        details={"wakeupId": str(wake.pk), "status": wake.status, "afterRunId": str(after_run_id)})
+        if wake.status == WakeStatus.CLAIMED:
+            kick_dispatcher()
+        return True
 
 
 def wake_assignee(*, issue: Issue, source: str, reason: str, comment_ids=(), author_agent_id=None,
