@@ -137,7 +137,16 @@ def _verify(adapter: TaskSourceAdapter, request: WebhookRequest) -> VerifiedEven
         raise
     if json_depth_exceeds(request.body, limit):  # verified, parsed, but deeper than any payload
         raise WebhookTooDeep(_TOO_DEEP.format(limit=limit))
-    return _without_nul(verified)
+    return _without_nul(verified) if _may_hold_nul(request.body) else verified
+
+
+# How a NUL can reach parsed text: raw, JSON-escaped, or form-encoded. A body with none of them (nearly
+# every delivery) skips the walk over the normalized event.
+_NUL_SPELLINGS = (b"\x00", b"\\u0000", b"%00")
+
+
+def _may_hold_nul(body: bytes) -> bool:
+    return any(spelling in body for spelling in _NUL_SPELLINGS)
 
 
 def _events_of(verified: VerifiedEvent) -> list[VerifiedEvent]:

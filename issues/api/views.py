@@ -25,6 +25,7 @@ from issues.services.agents import ensure_agent
 from issues.services.lookups import company_object
 
 from . import serializers as s
+from .representation import represent
 from .org_serializers import CompanySerializer
 from .agent_serializers import AgentMeSerializer
 from .issue_extra_serializers import IssueUpdateResultSerializer
@@ -48,7 +49,7 @@ def parse(serializer_class, request):
 
 
 def issue_write_result(issue, adjustment, code=status.HTTP_200_OK):
-    data = s.IssueSerializer(issue).data
+    data = represent(s.IssueSerializer, issue)
     data["parentAdjusted"] = adjustment.as_dict() if adjustment else None
     return Response(data, status=code)
 
@@ -140,7 +141,7 @@ class IssueCheckoutView(APIView):
             actor=actor, issue_ref=issue_id, agent_id=data.get("agentId"),
             expected_statuses=data.get("expectedStatuses"), run_header=request.headers.get(RUN_HEADER),
         )
-        return Response(s.IssueSerializer(issue).data)
+        return Response(represent(s.IssueSerializer, issue))
 
 
 class IssueReleaseView(APIView):
@@ -149,7 +150,7 @@ class IssueReleaseView(APIView):
     def post(self, request, issue_id):
         actor = actor_from_request(request)
         issue = selectors.issue_row(actor=actor, pk=issue_id)
-        return Response(s.IssueSerializer(checkout_services.issue_release(actor=actor, issue=issue)).data)
+        return Response(represent(s.IssueSerializer, checkout_services.issue_release(actor=actor, issue=issue)))
 
 
 class IssueBlockersView(APIView):
