@@ -6,6 +6,7 @@ import pytest
 from cases.models import Case, CaseHandoff
 from issues.actors import SYSTEM
 from issues.models import ActivityLog, HeartbeatRun, Issue
+from issues.selectors import runs_with_pending_wakes
 from issues.services import runs
 from issues.services.wakeups import agent_wakeup
 from tests.factories import AgentFactory, IssueFactory
@@ -35,7 +36,8 @@ def end(run, status="succeeded", **result):
 
 
 def live_runs(agent, issue):
-    return list(HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE))
+    """The agent's live runs on the issue as the API reads them (with wakes not yet folded in)."""
+    return runs_with_pending_wakes(list(HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE)))
 
 
 def dropped(run):
