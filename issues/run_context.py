@@ -110,14 +110,13 @@ def context_merged(current: dict, wake_reason: str, comment_ids: list[str], reas
     return merged
 
 
-def pending_wakes_apply(run, pending) -> int:
+def pending_wakes_apply(run, pending) -> None:
     """Carry wakes not yet folded into ``run`` (in memory, oldest first), as each would have been
-    carried on arrival: ``pending`` holds (reason, context) pairs. Returns how many."""
+    carried on arrival: ``pending`` holds (reason, context) pairs."""
     for reason, context in pending:
         run.context = context_merged(run.context, run.wake_reason, [], reason, context or {})
         if reason:
             run.wake_reason = reason
-    return len(pending)
 
 
 def wake_facts(run) -> WakeFacts:

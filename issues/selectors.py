@@ -87,22 +87,32 @@ def run_get(*, actor: Actor, pk) -> HeartbeatRun:
     return scoped_get(qs, actor, pk, "Run")
 
 
+def unfolded_wakes(run_ids) -> dict:
+    """The insert-only fast path's wakes no fold has carried into their run yet, per run id, in
+    arrival order: ``{run_id: [(wake_id, reason, context), ...]}`` (one query)."""
+    pending: dict = {}
+    for pk, run_id, reason, context in (WakeupRequest.objects.filter(run_id__in=list(run_ids), folded=False)
+                                        .order_by("created_at", "id").values_list("pk", "run_id", "reason", "context")):
+        pending.setdefault(run_id, []).append((pk, reason, context))
+    return pending
+
+
 def runs_with_pending_wakes(runs: list) -> list:
-    """Runs as readers should see them: with the wakes the insert-only fast path recorded and no
-    fold has carried into them yet (in memory, never saved; one query, none for no runs). Runs
-    read without their context (lists) are left as folded (the sweep folds within a tick)."""
+    """Runs as readers should see them: with their unfolded wakes applied (in memory, never saved;
+    one query, none for no runs). Runs read without their context (lists) are left as folded (the
+    sweep folds within a tick)."""
     from issues.run_context import pending_wakes_apply
 
     with_context = {r.pk: r for r in runs if r is not None and "context" not in r.get_deferred_fields()}
-    if not with_context:
-        return runs
-    pending: dict = {}
-    for run_id, reason, context in (WakeupRequest.objects.filter(run_id__in=list(with_context), folded=False)
-                                    .order_by("created_at", "id").values_list("run_id", "reason", "context")):
-        pending.setdefault(run_id, []).append((reason, context))
-    for run_id, wakes in pending.items():
-        pending_wakes_apply(with_context[run_id], wakes)
+    if with_context:
+        for run_id, wakes in unfolded_wakes(with_context).items():
+            pending_wakes_apply(with_context[run_id], [(reason, context) for _pk, reason, context in wakes])
     return runs
+
+
+def run_with_pending_wakes(run: HeartbeatRun) -> HeartbeatRun:
+    """One run as readers should see it (runs_with_pending_wakes)."""
+    return runs_with_pending_wakes([run])[0]
 
 
 def scoped_get(queryset, actor, pk, label, field="pk"):

@@ -235,6 +235,21 @@ def test_racing_first_wakes_for_many_issues_each_make_exactly_one_run(company):
 
 
 @postgres_only
+@pytest.mark.django_db
+def test_the_sweep_folds_every_run_however_many_wakes_the_newest_one_has(company):
+    """Its bound counts runs, not wakes: a busy run's newer wakes never crowd an older one out."""
+    agent, quiet, busy = AgentFactory(company=company), IssueFactory(company=company), IssueFactory(company=company)
+    wake(agent, quiet, reason="go")
+    wake(agent, quiet, reason="quiet")
+    wake(agent, busy, reason="go")
+    for n in range(6):
+        wake(agent, busy, reason=f"busy {n}")
+    assert WakeupRequest.objects.filter(folded=False).count() == 7
+    assert wakeups_fold_sweep(limit=2) == {"foldedWakes": 7, "latePlacedWakes": 0}
+    assert HeartbeatRun.objects.get(issue=quiet).wake_reason == "quiet"
+
+
+@postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_wake_that_joins_a_run_in_the_instant_it_ends_is_placed_again_by_the_sweep(company):
     """The fast path reads the run live and locks nothing; the run ends before the wake commits.

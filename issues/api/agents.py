@@ -199,7 +199,7 @@ class AgentHeartbeatInvokeView(APIView):
         if wake.run_id is None:
             body = {"status": "skipped", "reason": wake.skip_reason or wake.status, "wakeupRequestId": wake.pk}
             return Response(a.InvokeSkippedSerializer(body).data, status=status.HTTP_202_ACCEPTED)
-        run = selectors.runs_with_pending_wakes([wake.run])[0]
+        run = selectors.run_with_pending_wakes(wake.run)
         return Response({**RunSerializer(run).data, "wakeupRequestId": str(wake.pk)},
                         status=status.HTTP_202_ACCEPTED)
 

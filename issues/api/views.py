@@ -271,7 +271,7 @@ class AgentWakeupView(APIView):
             idempotency_key=data.get("idempotencyKey"), comment_ids=[str(c) for c in data["commentIds"]],
         )
         if wake.run_id is not None:
-            wake.run = selectors.runs_with_pending_wakes([wake.run])[0]
+            wake.run = selectors.run_with_pending_wakes(wake.run)
         return Response(s.WakeupResultSerializer(wake).data, status=status.HTTP_201_CREATED)
 
 
@@ -322,7 +322,7 @@ class RunDetailView(APIView):
     @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS}, operation_id="runs_retrieve")
     def get(self, request, run_id):
         run = selectors.run_get(actor=actor_from_request(request), pk=run_id)
-        return Response(s.RunDetailSerializer(selectors.runs_with_pending_wakes([run])[0]).data)
+        return Response(s.RunDetailSerializer(selectors.run_with_pending_wakes(run)).data)
 
 
 class CompanyListView(APIView):

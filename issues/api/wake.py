@@ -139,7 +139,7 @@ class AgentMeWakeView(APIView):
         current = None
         # A run-scoped key implies its run; a long-lived key's own client run id names no host run.
         if actor.run_header and actor.run is not None:
-            current = run_context.run_context_view(selectors.runs_with_pending_wakes([actor.run])[0])
+            current = run_context.run_context_view(selectors.run_with_pending_wakes(actor.run))
         body = {"agentId": actor.agent.pk, "pendingWakes": selectors.agent_pending_wakes(agent=actor.agent),
                 "runs": selectors.agent_live_runs(agent=actor.agent), "currentRun": current}
         return Response(AgentWakeSerializer(body).data)

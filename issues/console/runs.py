@@ -9,7 +9,7 @@ from issues.choices import InteractionKind
 from issues.models import Interaction
 from issues.runner.goals import goal_action
 from issues.runner.selectors import runner_fingerprint, runner_run_view
-from issues.selectors import run_get, run_log_tail, runs_with_pending_wakes, scoped_get
+from issues.selectors import run_get, run_log_tail, run_with_pending_wakes, scoped_get
 from issues.services.thread import interaction_respond
 
 from .base import adopt_company, perform, render_page
@@ -29,7 +29,7 @@ def _run(request, run_id):
 @console_page
 @require_GET
 def run_detail(request, run_id):
-    run = runs_with_pending_wakes([_run(request, run_id)])[0]
+    run = run_with_pending_wakes(_run(request, run_id))
     events = run_log_tail(run=run)
     context = {"company": run.company, "run": run, "events": events,
                "last_seq": events[-1].seq if events else 0, "poll_every": POLL_EVERY,

@@ -32,6 +32,7 @@ from issues.choices import (
 from issues.exceptions import InvalidInput, NotFound
 from issues.models import ActivityLog, Agent, Comment, HeartbeatRun, Issue, WakeupRequest
 from issues.run_context import context_merged, pending_wakes_apply
+from issues.selectors import unfolded_wakes
 
 from .activity import activity_context_current, activity_record
 from .kicks import kick_dispatcher
@@ -124,7 +125,7 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
     skip it. It locks nothing: a burst of wakes for one run never queues on the run's row, and
     their reasons, context and count are carried into the run later, in order (wakeups_fold: when
     the run starts and ends, by a later wake of the full path, and on the sweep; reads in between
-    see them through run_with_pending_wakes). None (nothing written) when the wake needs the full
+    see them through selectors.runs_with_pending_wakes). None (nothing written) when the wake needs the full
     path: no live run, a skip reason, an idempotency key already used, or not PostgreSQL.
 
     Outside a transaction the statement may commit asynchronously (opt-in
@@ -218,7 +219,7 @@ def _coalesce_sql(has_issue: bool, asynchronous: bool) -> str:
                f"SELECT {values} FROM target"
 
     # No row lock: the run is read as of the statement's start. A run that ends before the wake
-    # commits leaves it unfolded on an ended run; the sweep places it again (wakeups_place_late).
+    # commits leaves it unfolded on an ended run; the sweep places it again (wakeups_fold_sweep).
     return f"""
         WITH target AS (
             SELECT r.id FROM {run_t} r
@@ -282,6 +283,7 @@ def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context:
     """A coalesced wake adds its count and comment ids to the run's primary wake, and its reason
     and context to the run, newest first in line: the run starts with (or reads next) the newest
     reason, packet, approval, ... At most one UPDATE of the run row, only when something changed."""
+    wakeups_fold_locked(run)  # the fast path's earlier wakes first: reasons stay in arrival order
     primaries = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED)
     if not comment_ids:
         primaries.update(coalesced_count=F("coalesced_count") + 1)  # one statement on the hot path
@@ -291,7 +293,6 @@ def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context:
             primary.coalesced_count += 1
             primary.comment_ids = primary.comment_ids + [c for c in comment_ids if c not in primary.comment_ids]
             primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
-    wakeups_fold_locked(run)  # the fast path's earlier wakes first: reasons stay in arrival order
     merged = context_merged(run.context, run.wake_reason, comment_ids, reason, context)
     changed = ["context"] if merged != run.context else []
     if reason and reason != run.wake_reason:
@@ -302,16 +303,11 @@ def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context:
         run.save(update_fields=[*changed, "updated_at"])
 
 
-def _pending(run_id) -> list[tuple]:
-    return list(WakeupRequest.objects.filter(run_id=run_id, folded=False).order_by("created_at", "id")
-                .values_list("pk", "reason", "context"))
-
-
 def wakeups_fold_locked(run: HeartbeatRun) -> int:
     """Carry the fast path's unfolded wakes into ``run`` (whose row the caller holds locked and may
     save whole afterwards): reasons and context in arrival order, the count onto the primary wake.
     One read when there is nothing to fold."""
-    pending = _pending(run.pk)
+    pending = unfolded_wakes([run.pk]).get(run.pk)
     if not pending:
         return 0
     pending_wakes_apply(run, [(reason, context) for _pk, reason, context in pending])
@@ -340,7 +336,8 @@ def wakeups_fold_sweep(*, limit: int = 200) -> dict:
     and place again the wakes that joined a run in the instant it ended (the fast path read the
     run live, the run finished before the wake committed): they get the run a later wake would."""
     unfolded = WakeupRequest.objects.filter(folded=False)
-    live = list(unfolded.filter(run__status__in=LIVE_RUN_STATUSES).values_list("run_id", flat=True)
+    # .order_by(): the model's default ordering would add created_at to the DISTINCT (a run per wake)
+    live = list(unfolded.filter(run__status__in=LIVE_RUN_STATUSES).order_by().values_list("run_id", flat=True)
                 .distinct()[:limit])
     folded = sum(wakeups_fold(run_id=run_id) for run_id in live)
     late = list(unfolded.exclude(run__status__in=LIVE_RUN_STATUSES).order_by("created_at")
