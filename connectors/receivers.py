@@ -6,8 +6,9 @@ in a savepoint, and the link's health shows it."""
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.dispatch import receiver
 
 from issues import events
@@ -15,12 +16,27 @@ from issues import events
 log = logging.getLogger("connectors.receivers")
 
 
-def _guarded(fn, **kwargs):
+@lru_cache(maxsize=1)
+def _linked_sql() -> str:
     from connectors.models import TaskLink
 
+    return f"SELECT 1 FROM {connection.ops.quote_name(TaskLink._meta.db_table)} WHERE issue_id = %s LIMIT 1"
+
+
+def _linked(issue_id) -> bool:
+    """Is the issue linked to a tracker? One indexed read, its statement built once: every checkout,
+    status change and agent comment asks."""
+    from issues.models import Issue
+
+    with connection.cursor() as cursor:
+        cursor.execute(_linked_sql(), [Issue._meta.pk.get_db_prep_value(issue_id, connection)])
+        return cursor.fetchone() is not None
+
+
+def _guarded(fn, **kwargs):
     issue_id = kwargs.pop("_issue_id", None)
-    if issue_id is not None and not TaskLink.objects.filter(issue_id=issue_id).exists():
-        return  # not a linked issue: nothing to do (one indexed read)
+    if issue_id is not None and not _linked(issue_id):
+        return  # not a linked issue: nothing to do
     try:
         with transaction.atomic():
             fn(**kwargs)

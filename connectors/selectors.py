@@ -1,12 +1,17 @@
 """Reads shared by the connectors API (and later the console). Everything is company-scoped."""
 from __future__ import annotations
 
+import uuid
+from functools import lru_cache
+
+from django.db import connection
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from issues.actors import Actor
 from issues.exceptions import InvalidInput
 from issues.selectors import get_by_ref, list_window, scoped_get
+from paperclip.core import rows
 
 from .choices import (
     ConflictKind,
@@ -22,6 +27,19 @@ from .models import Conflict, ConnectorInstance, InboundEvent, OutboundEffect, S
 from .services.common import adapter_class
 from .services.instances import webhook_url
 from .services.webhook_setup import public_registration
+
+
+@lru_cache(maxsize=1)
+def _delivery_instance_sql() -> str:
+    table = connection.ops.quote_name(ConnectorInstance._meta.db_table)
+    return f"SELECT {rows.select_list(ConnectorInstance, table)} FROM {table} WHERE id = %s"
+
+
+def instance_for_delivery(pk: uuid.UUID) -> ConnectorInstance | None:
+    """The instance a webhook delivery names, unscoped (the signature is the delivery's only
+    credential): one statement built once, every delivery starts here."""
+    pk = ConnectorInstance._meta.pk.get_db_prep_value(pk, connection)
+    return rows.fetch_one(ConnectorInstance, _delivery_instance_sql(), [pk])[0]
 
 
 def instance_get(*, actor: Actor, pk) -> ConnectorInstance:

@@ -12,9 +12,9 @@ from paperclip.core.errors import error_body
 from paperclip.core.schema import document_plain_view
 
 from ..choices import EventStatus
-from ..models import ConnectorInstance
 from ..providers.base import HandshakeReply, WebhookRejected, WebhookUnparseable
 from ..secrets import SecretUnavailable
+from ..selectors import instance_for_delivery
 from ..services.common import conf, sync_error_record
 from ..services.intake import MethodNotAllowed, WebhookTaskNotLinked, webhook_intake, webhook_rejected
 from ..services.webhook_setup import HandshakeRefused
@@ -105,8 +105,7 @@ def webhook(request, instance_id):
         pk = uuid.UUID(str(instance_id))
     except ValueError:
         return _error(404, "not_found", "Not found.")
-    # (the pk is unique: a slice, not .first(), so no ORDER BY to compile on every delivery)
-    instance = next(iter(ConnectorInstance.objects.filter(pk=pk)[:1]), None)
+    instance = instance_for_delivery(pk)
     if instance is None:
         return _error(404, "not_found", "Not found.")
     limit = int(conf("WEBHOOK_MAX_BODY_BYTES"))

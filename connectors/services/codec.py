@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from functools import lru_cache
 
 from django.utils.dateparse import parse_datetime
 
@@ -17,11 +18,21 @@ from connectors.providers.base import (
 )
 
 
+_SCALARS = (str, int, float, type(None))  # (bool is an int)
+
+
+@lru_cache(maxsize=None)
+def _field_names(cls) -> tuple:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _plain(value):
+    if isinstance(value, _SCALARS):  # most leaves: answered first (every stored event walks its tree)
+        return value
     if isinstance(value, datetime):
         return value.isoformat()
     if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
     if isinstance(value, dict) or hasattr(value, "items"):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):

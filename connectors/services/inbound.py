@@ -3,10 +3,9 @@ retry with backoff, park poison events, import tasks and comments."""
 from __future__ import annotations
 
 import uuid
+from functools import lru_cache
 
-from django.db import IntegrityError, transaction
-from django.db.models import Subquery
-from django.db.models.constants import OnConflict
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from connectors.choices import (
@@ -36,10 +35,11 @@ from connectors.providers.base import (
 )
 from issues.actors import SYSTEM
 from issues.choices import TERMINAL_ISSUE_STATUSES, AuthorType, IssueStatus, OriginKind
-from issues.models import Comment, Issue
+from issues.models import Comment, Company, Issue
 from issues.services.activity import activity_record
 from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
+from paperclip.core import rows
 
 from . import audit, codec, commands as command_service, content, field_merge, links, readback, routing, symphony
 from . import routing_conflicts
@@ -72,9 +72,6 @@ def dropped(text):
 
 
 # --------------------------------------------------------------------------------------- storing
-_INSERTED_FIELDS = [f for f in InboundEvent._meta.concrete_fields if not f.primary_key]
-
-
 def event_store(*, instance: ConnectorInstance, event: VerifiedEvent, source: str = EventSource.WEBHOOK,
                 headers: dict | None = None, body: bytes = b"", verified: bool = True,
                 verification: str = "") -> tuple[InboundEvent, bool]:
@@ -93,16 +90,11 @@ def event_store(*, instance: ConnectorInstance, event: VerifiedEvent, source: st
         raw_headers=headers or {}, raw_body=body, payload=codec.dump(event), verified=verified,
         verification=verification, occurred_at=event.occurred_at, **finished,
     )
-    returned = InboundEvent._base_manager._insert([row], fields=_INSERTED_FIELDS,
-                                                  returning_fields=[InboundEvent._meta.pk],
-                                                  on_conflict=OnConflict.IGNORE)
-    if not returned or returned[0] is None or returned[0][0] is None:
+    if rows.insert(row, skip_conflicts=True) is None:
         stored = InboundEvent.objects.filter(instance=instance, idempotency_key=key).first()
         if stored is None:  # (SQLite's OR IGNORE also skips a row that breaks a CHECK: never silently)
             raise IntegrityError(f"inbound event {key} was not stored")
         return stored, False
-    row.pk = returned[0][0]
-    row._state.adding = False
     return row, True
 
 
@@ -172,16 +164,41 @@ def _schedule_retry(instance_id, external_task_id, when):
     task_events_retry(instance_id, external_task_id, max((when - timezone.now()).total_seconds(), 0))
 
 
+_HEAD_DEFERRED = ("raw_body", "raw_headers")  # kept for operators, never read by an apply
+
+
+def _lock_clause(*aliases, skip_locked=False) -> str:
+    """``FOR UPDATE OF …`` where the database has row locks (SQLite serialises writers instead)."""
+    if not connection.features.has_select_for_update:
+        return ""
+    return " " + connection.ops.for_update_sql(skip_locked=skip_locked, of=aliases)
+
+
+@lru_cache(maxsize=1)
+def _claim_head_sql() -> str:
+    qn = connection.ops.quote_name
+    events, instances = qn(InboundEvent._meta.db_table), qn(ConnectorInstance._meta.db_table)
+    unfinished = ", ".join(["%s"] * len(UNFINISHED_EVENT_STATUSES))
+    return (f"SELECT {rows.select_list(InboundEvent, 'e', _HEAD_DEFERRED)}, {rows.select_list(ConnectorInstance, 'i')}, "
+            f"{rows.select_list(Company, 'c')} FROM {events} e "
+            f"JOIN {instances} i ON i.id = e.instance_id JOIN {qn(Company._meta.db_table)} c ON c.id = i.company_id "
+            f"WHERE e.id = (SELECT h.id FROM {events} h WHERE h.instance_id = %s AND h.external_task_id = %s "
+            f"AND h.status IN ({unfinished}) ORDER BY h.id LIMIT 1)" + _lock_clause("e", skip_locked=True))
+
+
 def _claim_head(instance_id, external_task_id: str) -> InboundEvent | None:
     """One statement finds and locks exactly the head of the task's queue, and reads its instance and
     company with it (fresh for every event: a pause is seen before the next one). Only the event row is
-    locked (``of``): locking the instance would serialise every worker of the instance. The raw delivery
-    (body, headers) is kept for operators and never read by an apply."""
-    head_id = (InboundEvent.objects.filter(instance_id=instance_id, external_task_id=external_task_id,
-                                           status__in=UNFINISHED_EVENT_STATUSES).order_by("id").values("id")[:1])
-    return (InboundEvent.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("instance__company").defer("raw_body", "raw_headers")
-            .filter(pk=Subquery(head_id)).first())
+    locked (``OF e``): locking the instance would serialise every worker of the instance. Built once
+    (every applied event starts here)."""
+    row = rows.fetch_row(_claim_head_sql(), [ConnectorInstance._meta.pk.get_db_prep_value(instance_id, connection),
+                                             external_task_id, *UNFINISHED_EVENT_STATUSES])
+    if row is None:
+        return None
+    event, instance, company = rows.split(row, (InboundEvent, _HEAD_DEFERRED), ConnectorInstance, Company)
+    ConnectorInstance.company.field.set_cached_value(instance, company)
+    InboundEvent.instance.field.set_cached_value(event, instance)
+    return event
 
 
 def _process_head(instance_id, external_task_id: str) -> str | None:
@@ -282,12 +299,25 @@ def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
     return dropped(f"unknown event kind {verified.kind}")
 
 
+@lru_cache(maxsize=1)
+def _active_link_sql() -> str:
+    qn = connection.ops.quote_name
+    return (f"SELECT {rows.select_list(TaskLink, 'l')}, {rows.select_list(Issue, 's')} "
+            f"FROM {qn(TaskLink._meta.db_table)} l JOIN {qn(Issue._meta.db_table)} s ON s.id = l.issue_id "
+            f"WHERE l.instance_id = %s AND l.external_task_id = %s AND l.status <> %s"  # (one: a constraint)
+            + _lock_clause("l", "s"))
+
+
 def active_link(instance, external_task_id: str) -> TaskLink | None:
-    # The link and its issue are locked together: every effect on the issue goes through this row.
-    link = (TaskLink.objects.select_for_update(of=("self", "issue")).select_related("issue")
-            .filter(instance=instance, external_task_id=external_task_id).exclude(status=LinkStatus.UNLINKED).first())
-    if link is not None:
-        audit.link_bound(link)
+    """The task's live link with its issue, both locked: every effect on the issue goes through this
+    row. Built once (every applied event reads it)."""
+    row = rows.fetch_row(_active_link_sql(), [ConnectorInstance._meta.pk.get_db_prep_value(instance.pk, connection),
+                                              external_task_id, LinkStatus.UNLINKED])
+    if row is None:
+        return None
+    link, issue = rows.split(row, TaskLink, Issue)
+    TaskLink.issue.field.set_cached_value(link, issue)
+    audit.link_bound(link)
     return link
 
 

@@ -3,17 +3,20 @@
 never looked up as an agent key; the session comes last (DRF enforces CSRF only for it)."""
 import uuid
 from datetime import timedelta
+from functools import lru_cache
 
+from django.db import connection
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from issues.actors import RUN_HEADER
 from issues.choices import LIVE_RUN_STATUSES, AgentStatus
-from issues.models import AgentApiKey, BoardApiKey, HeartbeatRun
+from issues.models import Agent, AgentApiKey, BoardApiKey, HeartbeatRun
 from issues.models.agent import hash_key
 from issues.models.board_key import BOARD_KEY_PREFIX
 from issues.services.runs import run_touch_activity
+from paperclip.core import rows
 
 # last_used_at is bookkeeping; writing it on every request would turn reads into writes.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -66,9 +69,7 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
         token = bearer_token(request)
         if token is None or token.startswith(BOARD_KEY_PREFIX):
             return None  # board keys are BoardKeyAuthentication's
-        # (key_hash is unique: a slice, not .first(), so no ORDER BY to compile or sort)
-        key = next(iter(AgentApiKey.objects.select_related("agent")
-                        .filter(key_hash=hash_key(token), revoked_at__isnull=True)[:1]), None)
+        key = agent_key_lookup(hash_key(token))
         if key is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         if key.agent.status == AgentStatus.TERMINATED:
@@ -87,6 +88,25 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return 'Bearer realm="api"'
+
+
+@lru_cache(maxsize=None)
+def _key_lookup_sql() -> str:
+    qn = connection.ops.quote_name
+    return (f"SELECT {rows.select_list(AgentApiKey, 'k')}, {rows.select_list(Agent, 'a')} "
+            f"FROM {qn(AgentApiKey._meta.db_table)} k JOIN {qn(Agent._meta.db_table)} a ON a.id = k.agent_id "
+            f"WHERE k.key_hash = %s AND k.revoked_at IS NULL")  # key_hash is unique: no LIMIT, no ORDER BY
+
+
+def agent_key_lookup(key_hash: str) -> AgentApiKey | None:
+    """The unrevoked key with this hash and its agent, in one statement built once (every agent
+    request starts here)."""
+    row = rows.fetch_row(_key_lookup_sql(), [key_hash])
+    if row is None:
+        return None
+    key, agent = rows.split(row, AgentApiKey, Agent)
+    AgentApiKey.agent.field.set_cached_value(key, agent)
+    return key
 
 
 def _header_run_id(request) -> uuid.UUID | None:

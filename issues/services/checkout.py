@@ -8,6 +8,7 @@ same agent adopts that lock under any other id, as upstream adopts a lock whose 
 from __future__ import annotations
 
 import uuid
+from functools import lru_cache
 
 from django.db import connection, transaction
 from django.db.models import prefetch_related_objects
@@ -34,8 +35,10 @@ from issues.exceptions import (
     Unprocessable,
 )
 from issues.models import Agent, HeartbeatRun, Issue, IssueRelation, Label
+from paperclip.core import rows
 
 from . import fences
+
 from .activity import activity_record
 from .lookups import company_object
 
@@ -63,32 +66,39 @@ WHERE {key} = %s AND company_id IN ({companies}) AND (
     SELECT 1 FROM {relation} rel JOIN {issue} b ON b.id = rel.issue_id
     WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status NOT IN (%s, %s)
 ){run_check}
-RETURNING *, EXISTS (SELECT 1 FROM {labels} l WHERE l.{labels_issue} = {issue}.id) AS claim_has_labels
+RETURNING {columns}, EXISTS (SELECT 1 FROM {labels} l WHERE l.{labels_issue} = {issue}.id)
 """
 # An agent's run must be its own and running; anything else takes the slow path, which explains.
 _RUN_CHECK = "\nAND EXISTS (SELECT 1 FROM {run} r0 WHERE r0.id = %s AND r0.agent_id = %s AND r0.status = %s)"
+
+
+@lru_cache(maxsize=64)
+def _claim_sql(*, identifier: bool, companies: int, open_statuses: int, host_run: bool, check_run: bool) -> str:
+    """The claim statement for one shape of request (built once per shape and process)."""
+    qn = connection.ops.quote_name
+    labels = Issue._meta.get_field("labels")
+    tables = {"issue": qn(Issue._meta.db_table), "run": qn(HeartbeatRun._meta.db_table),
+              "relation": qn(IssueRelation._meta.db_table), "labels": qn(labels.m2m_db_table()),
+              "labels_issue": qn(labels.m2m_column_name())}
+    return _CLAIM_SQL.format(
+        **tables, key="identifier" if identifier else "id", columns=rows.select_list(Issue, tables["issue"]),
+        companies=", ".join(["%s"] * companies),
+        open_statuses=f"status IN ({', '.join(['%s'] * open_statuses)})" if open_statuses else "1 = 0",
+        own_lock="checkout_run_id" if host_run else "checkout_client_run_id",
+        live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
+        run_check=_RUN_CHECK.format(**tables) if check_run else "",
+    )
 
 
 def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, now,
            check_run: bool) -> Issue | None:
     """Run the claim under ``run_id`` (a host run) or ``client_run_id`` (exactly one is given);
     the claimed issue, or None when nothing matched."""
-    qn = connection.ops.quote_name
     uid = Issue._meta.pk.get_db_prep_value
     identifier = selectors.is_identifier(ref)
-    labels = Issue._meta.get_field("labels")
-    tables = {"issue": qn(Issue._meta.db_table), "run": qn(HeartbeatRun._meta.db_table),
-              "relation": qn(IssueRelation._meta.db_table), "labels": qn(labels.m2m_db_table()),
-              "labels_issue": qn(labels.m2m_column_name())}
     open_statuses = [s for s in expected if s != IssueStatus.IN_PROGRESS]
-    sql = _CLAIM_SQL.format(
-        **tables, key="identifier" if identifier else "id",
-        companies=", ".join(["%s"] * len(company_ids)),
-        open_statuses=f"status IN ({', '.join(['%s'] * len(open_statuses))})" if open_statuses else "1 = 0",
-        own_lock="checkout_run_id" if run_id is not None else "checkout_client_run_id",
-        live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
-        run_check=_RUN_CHECK.format(**tables) if check_run else "",
-    )
+    sql = _claim_sql(identifier=identifier, companies=len(company_ids), open_statuses=len(open_statuses),
+                     host_run=run_id is not None, check_run=check_run)
     try:
         key = str(ref).upper() if identifier else uid(uuid.UUID(str(ref)), connection)
     except ValueError:
@@ -101,15 +111,17 @@ def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, 
               run if run is not None else client, *live, *live, RelationKind.BLOCKS, *TERMINAL_ISSUE_STATUSES]
     if check_run:
         params += [run, agent, RunStatus.RUNNING]
-    claimed = next(iter(Issue.objects.raw(sql, params)), None)
-    return _with_labels(claimed, known_empty=not claimed.claim_has_labels) if claimed is not None else None
+    claimed, extras = rows.fetch_one(Issue, sql, params)
+    return _with_labels(claimed, known_empty=not extras[0]) if claimed is not None else None
 
 
 def _with_labels(issue: Issue, known_empty: bool = False) -> Issue:
     """The issue with its labels loaded, which the response lists twice (labels, labelIds): one query,
     none when the claim found there are none."""
-    if known_empty:
-        issue._prefetched_objects_cache = {"labels": Label.objects.none()}
+    if known_empty:  # an evaluated empty result, as a prefetch leaves it: iterating it compiles nothing
+        labels = Label.objects.none()
+        labels._result_cache, labels._prefetch_done = [], True
+        issue._prefetched_objects_cache = {"labels": labels}
     else:
         prefetch_related_objects([issue], "labels")
     return issue
