@@ -175,7 +175,7 @@ def issue_create(
         if status in TERMINAL_ISSUE_STATUSES and parent is not None:
             issue_became_terminal(issue)  # a child created finished may complete its parent's set
         if assignee is not None and assignment_wake:
-            wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason=ISSUE_ASSIGNED)
+            wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason=ISSUE_ASSIGNED, new_issue=True)
         events.announce(events.issue_created, issue=issue, actor=actor)
     return issue, adjustment
 

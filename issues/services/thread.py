@@ -92,7 +92,7 @@ def _wake_assignee_for(comment: Comment, issue: Issue, reason: str, after_interr
                     .order_by("created_at").first())
     if stopping is None:
         wake_assignee(issue=issue, source=WakeSource.AUTOMATION, reason=reason, comment_ids=[comment.pk],
-                      author_agent_id=comment.author_agent_id)
+                      author_agent_id=comment.author_agent_id, comments_checked=True)
         return
     agent_wakeup(actor=SYSTEM, agent=Agent(pk=issue.assignee_agent_id, company_id=issue.company_id),
                  source=WakeSource.AUTOMATION, reason=reason, issue=issue, comment_ids=[comment.pk],

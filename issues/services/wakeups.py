@@ -69,20 +69,26 @@ def _lock_holder(agent: Agent, issue: Issue | None) -> HeartbeatRun | None:
 def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMAND, reason: str = "",
                  issue: Issue | None = None, idempotency_key: str | None = None, comment_ids=(),
                  context: dict | None = None, run_fields: dict | None = None,
-                 issue_is_current: bool = False) -> WakeupRequest:
+                 issue_is_current: bool = False, issue_is_new: bool = False,
+                 comments_checked: bool = False) -> WakeupRequest:
     """Record a wake and attach it to a run. ``run_fields`` seeds a new run (continuations, retries).
-    ``issue_is_current``: the caller wrote the issue row in this transaction (no re-read needed)."""
+    ``issue_is_current``: the caller wrote the issue row in this transaction (no re-read needed).
+    ``issue_is_new``: the caller created the issue in this transaction and read ``agent`` there: no
+    other transaction can see the issue yet, so no run can exist for it (no live run to look for or
+    join, no insert race to check) and the agent needs no re-read. ``comments_checked``: the caller
+    created the ``comment_ids`` comments on ``issue`` in this transaction, none by ``agent`` (no
+    re-read to check their company and author)."""
     if source not in WakeSource.values:
         raise InvalidInput(details={"source": [f"'{source}' is not one of {', '.join(WakeSource.values)}."]})
     actor.ensure_can_write(agent.company_id)
     if actor.is_agent and actor.agent.pk != agent.pk:
         actor.require_live_run()  # waking another agent is a mutation made from a run
     comment_ids = [str(c) for c in dict.fromkeys(comment_ids)]
-    if comment_ids and Comment.objects.filter(pk__in=comment_ids, company_id=agent.company_id).count() != len(
-        comment_ids
-    ):
+    if comment_ids and not comments_checked and Comment.objects.filter(
+            pk__in=comment_ids, company_id=agent.company_id).count() != len(comment_ids):
         raise NotFound("Comment not found.", details={"commentIds": ["Every comment must belong to this company."]})
-    if not run_fields and not comment_ids and not (source == WakeSource.TIMER and issue is None and not reason):
+    if not issue_is_new and not run_fields and not comment_ids and not (
+            source == WakeSource.TIMER and issue is None and not reason):
         fast = _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context or {})
         if fast is not None:
             return fast
@@ -91,7 +97,8 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
             # For an issue, no agent lock: the live-slot constraint makes a second new run fail (then
             # it coalesces) and _place locks the run row it merges into. Agent-level wakes (no
             # issue, no constraint) still take one wake at a time per agent.
-            agent = (Agent.objects.select_for_update() if issue is None else Agent.objects).get(pk=agent.pk)
+            if not issue_is_new:
+                agent = (Agent.objects.select_for_update() if issue is None else Agent.objects).get(pk=agent.pk)
             if idempotency_key:
                 existing = WakeupRequest.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
                 if existing:
@@ -103,7 +110,8 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
                 idempotency_key=idempotency_key or None, comment_ids=comment_ids, context=context or {},
                 requested_by_agent=actor.agent, requested_by_user=actor.user if actor.is_board else None,
             )
-            _place(wake, agent, issue, source, comment_ids, reason, run_fields or {})
+            _place(wake, agent, issue, source, comment_ids, reason, run_fields or {}, new_issue=issue_is_new,
+                   comments_checked=comments_checked)
             wake.save()
             activity_record(actor=actor, company_id=agent.company_id, action="agent.wakeup_requested",
                             entity_type="agent", entity_id=agent.pk, run=wake.run,
@@ -233,18 +241,21 @@ def _coalesce_sql(has_issue: bool, asynchronous: bool) -> str:
         SELECT (SELECT id FROM target){", (SELECT v FROM setting)" if asynchronous else ""}"""
 
 
-def _place(wake, agent, issue, source, comment_ids, reason, run_fields):
-    skip = _skip_reason(agent, issue, source, comment_ids, reason)
+def _place(wake, agent, issue, source, comment_ids, reason, run_fields, new_issue: bool = False,
+           comments_checked: bool = False):
+    skip = _skip_reason(agent, issue, source, [] if comments_checked else comment_ids, reason)
     if skip:
         wake.status, wake.skip_reason = WakeStatus.SKIPPED, skip
         return
     follows = bool(run_fields.get("source_run"))  # the run after a stopping one: never joins it
     for attempt in range(PLACE_ATTEMPTS):
-        live = HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES)
-        if follows:  # only the run that took the live slot first (a stopping run has left it)
-            live = live.filter(stop_requested_at__isnull=True) if attempt else live.none()
-        # Locked: the merge below reads and writes the run row (the fast path writes it in SQL).
-        live = live.select_for_update().order_by("created_at").first()
+        live = None
+        if not new_issue:  # (a new issue has no run: nothing outside this transaction can see it)
+            live = HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES)
+            if follows:  # only the run that took the live slot first (a stopping run has left it)
+                live = live.filter(stop_requested_at__isnull=True) if attempt else live.none()
+            # Locked: the merge below reads and writes the run row (the fast path writes it in SQL).
+            live = live.select_for_update().order_by("created_at").first()
         if live is not None:
             wake.status, wake.run = WakeStatus.COALESCED, live
             _carry_into(live, comment_ids, reason, wake.context or {})
@@ -263,7 +274,7 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields):
                 )
                 # The constraint covers runs until they start: one that was created and claimed
                 # since the read above is visible now (it committed before this insert).
-                if issue is not None and HeartbeatRun.objects.filter(
+                if issue is not None and not new_issue and HeartbeatRun.objects.filter(
                     agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES, stop_requested_at__isnull=True,
                 ).exclude(pk=run.pk).exists():
                     raise _SlotTaken
@@ -377,13 +388,17 @@ def _place_again(wake_id, after_run_id, late: bool = False) -> bool:
 
 
 def wake_assignee(*, issue: Issue, source: str, reason: str, comment_ids=(), author_agent_id=None,
-                  idempotency_key: str | None = None, context: dict | None = None) -> WakeupRequest | None:
+                  idempotency_key: str | None = None, context: dict | None = None,
+                  new_issue: bool = False, comments_checked: bool = False) -> WakeupRequest | None:
     """Wake the assigned agent of an actionable issue (assignment, comments, resolved blockers,
-    finished children); an agent's own comments never wake it."""
+    finished children); an agent's own comments never wake it. ``new_issue``: the caller created
+    the issue in its transaction with ``issue.assignee_agent`` read there (agent_wakeup's
+    ``issue_is_new``); ``comments_checked``: as agent_wakeup's, the comments are the caller's new ones
+    (by ``author_agent_id``, which is not the assignee: otherwise nothing wakes)."""
     if issue.assignee_agent_id is None or issue.status not in ACTIONABLE or author_agent_id == issue.assignee_agent_id:
         return None
-    # agent_wakeup locks and re-reads the agent row itself; this only names it.
-    agent = Agent(pk=issue.assignee_agent_id, company_id=issue.company_id)
+    # agent_wakeup re-reads the agent row itself; this only names it (a new issue's caller read it).
+    agent = issue.assignee_agent if new_issue else Agent(pk=issue.assignee_agent_id, company_id=issue.company_id)
     return agent_wakeup(actor=SYSTEM, agent=agent, source=source, reason=reason, issue=issue,
                         comment_ids=comment_ids, idempotency_key=idempotency_key, context=context,
-                        issue_is_current=True)
+                        issue_is_current=True, issue_is_new=new_issue, comments_checked=comments_checked)
