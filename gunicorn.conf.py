@@ -16,6 +16,12 @@
   is restarted, above the longest request the app holds on purpose.
 * ``PAPERCLIP_WEB_KEEPALIVE`` (default 5): seconds an idle keep-alive connection is kept.
 * ``PAPERCLIP_WEB_ACCESS_LOG`` (default ``-``, stdout): access log file; empty for none.
+* ``CONN_MAX_AGE`` (default here 60): seconds a worker thread keeps its PostgreSQL connection.
+  A connection per request costs PostgreSQL a new backend (a fork and a cold catalog cache for
+  every table the request touches): measured, more CPU than the request itself (README,
+  Benchmarks). With PgBouncer (session mode) in front, 0 is fine: it keeps the server connections.
+  Each thread holds one connection: keep workers x threads + Celery processes below
+  ``max_connections``.
 
 The app refuses to start under this config with DEBUG on or the development SECRET_KEY, and on a
 non-loopback bind without ALLOWED_HOSTS (``production_problems``); ``python gunicorn.conf.py``
@@ -40,6 +46,11 @@ def _int(name: str, default: int, minimum: int = 1) -> int:
 
 
 LONG_POLL_SECONDS = _int("PAPERCLIP_RUNNER_COMMAND_WAIT_SECONDS", 25, minimum=0)  # as in paperclip.settings
+
+# Before the app's settings are read (the master's check below, then each worker): persistent
+# connections unless the environment says otherwise (bench/serving.py reports the same default).
+DEFAULT_CONN_MAX_AGE = "60"
+os.environ.setdefault("CONN_MAX_AGE", DEFAULT_CONN_MAX_AGE)
 
 wsgi_app = "paperclip.wsgi:application"
 bind = [b.strip() for b in os.environ.get("PAPERCLIP_BIND", "127.0.0.1:8000").split(",") if b.strip()]

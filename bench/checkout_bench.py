@@ -218,6 +218,7 @@ def run_phase(label: str, phase: str, clients: list, agents: list, pools: list[l
     for t in threads:
         t.start()
     server_cpu0 = process_cpu_seconds(args.server_pid)
+    db_cpu0 = serving.database_cpu_seconds()
     client_cpu0 = time.process_time()
     barrier.wait()
     t0 = time.perf_counter()
@@ -226,6 +227,7 @@ def run_phase(label: str, phase: str, clients: list, agents: list, pools: list[l
     wall = time.perf_counter() - t0
     client_cpu = time.process_time() - client_cpu0
     server_cpu1 = process_cpu_seconds(args.server_pid)
+    db_cpu1 = serving.database_cpu_seconds()
 
     all_lat = sorted(x for lat in latencies for x in lat)
     counts: dict = {}
@@ -242,6 +244,8 @@ def run_phase(label: str, phase: str, clients: list, agents: list, pools: list[l
         "server_cpu_ms_per_req": ((server_cpu1 - server_cpu0) * 1000 / len(all_lat)
                                   if all_lat and server_cpu0 is not None and server_cpu1 is not None else None),
         "client_cpu_ms_per_req": client_cpu * 1000 / len(all_lat) if all_lat else None,
+        "db_cpu_ms_per_req": ((db_cpu1 - db_cpu0) * 1000 / len(all_lat)
+                              if all_lat and db_cpu0 is not None and db_cpu1 is not None else None),
         "statuses": counts, "errors": errors, "error_samples": [m for f in failures for m in f][:5],
     }
 
@@ -290,6 +294,9 @@ def summarize(results: list[dict], phase: str) -> dict:
         "p99_ms": statistics.median(r["p99_ms"] for r in rs),
         "server_cpu_ms_per_req": (statistics.median(r["server_cpu_ms_per_req"] for r in rs)
                                   if all(r["server_cpu_ms_per_req"] is not None for r in rs) else None),
+        "db_cpu_ms_per_req": (statistics.median(r["db_cpu_ms_per_req"] for r in rs)
+                              if all(r.get("db_cpu_ms_per_req") is not None for r in rs) else None),
+        "client_cpu_ms_per_req": statistics.median(r["client_cpu_ms_per_req"] for r in rs),
     }
 
 
@@ -365,7 +372,7 @@ def main(argv=None):
             ))
         print(f"server: {serving.describe(server)} at {base_url} (pid {proc.pid})")
         print(f"load average {os.getloadavg()[0]:.2f}; {args.clients} clients x {args.per_client} requests, "
-              f"{args.rounds} rounds, baseline={args.baseline}, CONN_MAX_AGE={versions['conn_max_age']}")
+              f"{args.rounds} rounds, baseline={args.baseline}, CONN_MAX_AGE={server['conn_max_age']}")
 
         for phase in ("baseline", "checkout"):
             r = run_phase(f"warmup {phase}", phase, clients, agents, data["pools"][("warmup", phase)], args)
@@ -435,6 +442,11 @@ def main(argv=None):
         print(f"server CPU per request: checkout {chk['server_cpu_ms_per_req']:.2f} ms vs baseline "
               f"{base['server_cpu_ms_per_req']:.2f} ms ({chk['server_cpu_ms_per_req'] / base['server_cpu_ms_per_req']:.2f}x; "
               f"{where})")
+
+    if base["db_cpu_ms_per_req"] and chk["db_cpu_ms_per_req"]:
+        print(f"database CPU per request: checkout {chk['db_cpu_ms_per_req']:.2f} ms vs baseline "
+              f"{base['db_cpu_ms_per_req']:.2f} ms (PostgreSQL's backends); "
+              f"client CPU {chk['client_cpu_ms_per_req']:.2f} vs {base['client_cpu_ms_per_req']:.2f} ms")
 
     report = {
         "benchmark": "checkout", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

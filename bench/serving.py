@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ("threaded", "gunicorn")
 URLCONF_ENV = "PAPERCLIP_BENCH_URLCONF"
+GUNICORN_CONN_MAX_AGE = 60  # gunicorn.conf.py's DEFAULT_CONN_MAX_AGE
 
 
 def serve_wsgi(port: int):
@@ -66,16 +67,21 @@ def add_server_arguments(parser):
 def server_config(args) -> dict:
     """The server the figures were measured on: printed and stored next to them."""
     if args.server == "threaded":
-        return {"server": "threaded", "workers": 1, "threads": "one per connection"}
+        return {"server": "threaded", "workers": 1, "threads": "one per connection",
+                "conn_max_age": int(os.environ.get("CONN_MAX_AGE") or 0)}
     workers = args.workers or int(os.environ.get("PAPERCLIP_WEB_WORKERS") or os.cpu_count() or 1)
     threads = args.threads or int(os.environ.get("PAPERCLIP_WEB_THREADS") or 8)
-    return {"server": "gunicorn", "workers": workers, "threads": threads, "worker_class": "gthread"}
+    # gunicorn.conf.py's default unless the environment (or the bench's --conn-max-age) sets it
+    conn_max_age = int(os.environ.get("CONN_MAX_AGE") or GUNICORN_CONN_MAX_AGE)
+    return {"server": "gunicorn", "workers": workers, "threads": threads, "worker_class": "gthread",
+            "conn_max_age": conn_max_age}
 
 
 def describe(config: dict) -> str:
     if config["server"] == "threaded":
-        return "threaded WSGI server (1 process, a thread per connection)"
-    return f"gunicorn, {config['workers']} gthread worker(s) x {config['threads']} thread(s)"
+        return f"threaded WSGI server (1 process, a thread per connection), CONN_MAX_AGE={config['conn_max_age']}"
+    return (f"gunicorn, {config['workers']} gthread worker(s) x {config['threads']} thread(s), "
+            f"CONN_MAX_AGE={config['conn_max_age']}")
 
 
 def ensure_secret_key():
@@ -217,6 +223,29 @@ def tree_cpu_seconds(pid: int) -> float | None:
                 if ppid == pid:
                     total += cpu
     return total
+
+
+def database_cpu_seconds() -> float | None:
+    """CPU time of the local PostgreSQL server: the postmaster, its live backends and every backend
+    it has reaped (a connection per request ends in a short-lived backend); Linux /proc, None where
+    the server is not visible from here."""
+    clock = os.sysconf("SC_CLK_TCK")
+    procs = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                head, tail = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)
+                fields = tail.split()
+                procs[int(entry.name)] = (head.split("(", 1)[1], int(fields[1]), [int(x) for x in fields[11:15]])
+    masters = [pid for pid, (comm, ppid, _) in procs.items()
+               if comm.startswith("postgres") and procs.get(ppid, ("",))[0][:8] != "postgres"]
+    if not masters:
+        return None
+    total = 0
+    for master in masters:
+        total += sum(procs[master][2])  # own and reaped children's utime + stime
+        total += sum(sum(t[:2]) for _, ppid, t in procs.values() if ppid == master)  # live backends
+    return total / clock
 
 
 def redis_empty(db: int):

@@ -186,13 +186,13 @@ def run_phase(label, phase, clients, work, args, server_pid) -> dict:
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
         t.start()
-    cpu0 = process_cpu_seconds(server_pid)
+    cpu0, db0 = process_cpu_seconds(server_pid), serving.database_cpu_seconds()
     barrier.wait()
     t0 = time.perf_counter()
     for t in threads:
         t.join(timeout=args.phase_timeout)
     wall = time.perf_counter() - t0
-    cpu1 = process_cpu_seconds(server_pid)
+    cpu1, db1 = process_cpu_seconds(server_pid), serving.database_cpu_seconds()
     all_lat = sorted(x for lat in latencies for x in lat)
     counts = {}
     for st in statuses:
@@ -202,6 +202,7 @@ def run_phase(label, phase, clients, work, args, server_pid) -> dict:
             "throughput_rps": len(all_lat) / wall if wall else float("nan"),
             "p50_ms": percentile(all_lat, 50) * 1000, "p99_ms": percentile(all_lat, 99) * 1000,
             "server_cpu_ms_per_req": (cpu1 - cpu0) * 1000 / len(all_lat) if all_lat and cpu0 is not None else None,
+            "db_cpu_ms_per_req": (db1 - db0) * 1000 / len(all_lat) if all_lat and db0 is not None else None,
             "statuses": counts, "errors": sum(c for code, c in counts.items() if code != "202")}
 
 
@@ -360,7 +361,8 @@ def main(argv=None):
     def med(phase, key):
         return statistics.median(r[key] for r in results if r["phase"] == phase)
 
-    summary = {p: {k: med(p, k) for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req")}
+    summary = {p: {k: med(p, k) if all(r[k] is not None for r in results) else None
+                   for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req", "db_cpu_ms_per_req")}
                for p in ("baseline", "intake")}
     ratio = summary["intake"]["throughput_rps"] / summary["baseline"]["throughput_rps"]
     p99_ratio = summary["intake"]["p99_ms"] / summary["baseline"]["p99_ms"]
@@ -370,11 +372,14 @@ def main(argv=None):
     print()
     print(f"Webhook intake: {args.clients} clients, server: {serving.describe(server)} "
           f"(baseline and intake served by it alike)")
-    print(f"{'':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'server CPU ms/req':>20}{'errors':>8}")
+    print(f"{'':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'server CPU ms/req':>20}{'database CPU ms/req':>22}"
+          f"{'errors':>8}")
     for p in ("baseline", "intake"):
         s = summary[p]
         cpu = f"{s['server_cpu_ms_per_req']:.2f}" if s["server_cpu_ms_per_req"] is not None else "n/a"
-        print(f"{p:<22}{s['throughput_rps']:>10.1f}{s['p50_ms']:>10.2f}{s['p99_ms']:>10.2f}{cpu:>20}{s['errors']:>8}")
+        db = f"{s['db_cpu_ms_per_req']:.2f}" if s["db_cpu_ms_per_req"] is not None else "n/a"
+        print(f"{p:<22}{s['throughput_rps']:>10.1f}{s['p50_ms']:>10.2f}{s['p99_ms']:>10.2f}{cpu:>20}{db:>22}"
+              f"{s['errors']:>8}")
     print(f"intake / baseline throughput ratio: {ratio:.2f} (target >= {TARGET_RATIO})"
           f"{'' if ratio >= TARGET_RATIO else '  BELOW TARGET'}; p50 {summary['intake']['p50_ms']:.2f} vs "
           f"{summary['baseline']['p50_ms']:.2f} ms, p99 {summary['intake']['p99_ms']:.2f} vs "

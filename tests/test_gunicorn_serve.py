@@ -149,3 +149,41 @@ def test_gunicorn_refuses_an_unsafe_production_start(gunicorn, overrides, messag
     text = log.read_text()
     assert "Paperclip will not start" in text and message in text, text
     assert "Booting worker" not in text
+
+
+def database_backends() -> set[int]:
+    """The PostgreSQL backends connected to this test's database, other than this test's own."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid()")
+        return {row[0] for row in cursor.fetchall()}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL backends (SQLite has no server)")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("overrides, kept", [({}, True), ({"CONN_MAX_AGE": "0"}, False)])
+def test_gunicorn_keeps_database_connections_unless_told_not_to(gunicorn, overrides, kept):
+    """The production default (CONN_MAX_AGE 60 in gunicorn.conf.py): one worker thread answers two
+    requests from the same PostgreSQL backend; with CONN_MAX_AGE=0 every request has a backend of its own."""
+    agent = AgentFactory()
+    _, raw_key = agent_api_key_create(agent=agent)
+    port = free_port()
+    env = server_env(port, PAPERCLIP_WEB_WORKERS="1", PAPERCLIP_WEB_THREADS="1", **overrides)
+    if not overrides:
+        env.pop("CONN_MAX_AGE", None)  # the configuration's own default
+    proc, log = gunicorn(env)
+    base_url = f"http://127.0.0.1:{port}"
+    wait_answering(proc, base_url, log)
+    seen = []
+    with httpx.Client(base_url=base_url, timeout=10, trust_env=False,
+                      headers={"Authorization": f"Bearer {raw_key}"}) as client:
+        for _ in range(2):
+            assert client.get("/api/agents/me").status_code == 200
+            seen.append(database_backends())
+    if kept:
+        assert len(seen[0]) == 1 and seen[0] == seen[1], seen
+        return
+    deadline = time.monotonic() + 10  # closed at each request's end; PostgreSQL lists a backend until it exits
+    while database_backends() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert database_backends() == set()
