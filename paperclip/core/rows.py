@@ -19,6 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models.constants import OnConflict
 
 
+@lru_cache(maxsize=None)
 def _fields(model, exclude: tuple = ()) -> tuple:
     return tuple(f for f in model._meta.concrete_fields if f.attname not in exclude)
 
