@@ -38,7 +38,6 @@ from issues.models import Agent, HeartbeatRun, Issue, IssueRelation, Label
 from paperclip.core import rows
 
 from . import fences
-
 from .activity import activity_record
 from .lookups import company_object
 
