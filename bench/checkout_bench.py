@@ -310,7 +310,7 @@ def server_versions() -> dict:
     from django.conf import settings
 
     return {"python": platform.python_version(), "django": django.get_version(), "postgresql": pg,
-            "cpus": os.cpu_count(), "conn_max_age": settings.DATABASES["default"].get("CONN_MAX_AGE"),
+            "cpus": os.cpu_count(),  # (the server's CONN_MAX_AGE is in its config: serving.server_config)
             "debug": settings.DEBUG}
 
 

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.dispatch import receiver
 
 from issues import events
+from paperclip.core import rows
 
 log = logging.getLogger("connectors.receivers")
 
@@ -28,9 +29,7 @@ def _linked(issue_id) -> bool:
     status change and agent comment asks."""
     from issues.models import Issue
 
-    with connection.cursor() as cursor:
-        cursor.execute(_linked_sql(), [Issue._meta.pk.get_db_prep_value(issue_id, connection)])
-        return cursor.fetchone() is not None
+    return rows.fetch_row(_linked_sql(), [rows.pk_value(Issue, issue_id)]) is not None
 
 
 def _guarded(fn, **kwargs):

@@ -38,8 +38,7 @@ def _delivery_instance_sql() -> str:
 def instance_for_delivery(pk: uuid.UUID) -> ConnectorInstance | None:
     """The instance a webhook delivery names, unscoped (the signature is the delivery's only
     credential): one statement built once, every delivery starts here."""
-    pk = ConnectorInstance._meta.pk.get_db_prep_value(pk, connection)
-    return rows.fetch_one(ConnectorInstance, _delivery_instance_sql(), [pk])[0]
+    return rows.fetch_one(ConnectorInstance, _delivery_instance_sql(), [rows.pk_value(ConnectorInstance, pk)])[0]
 
 
 def instance_get(*, actor: Actor, pk) -> ConnectorInstance:

@@ -25,16 +25,12 @@ def select(model, alias="t", exclude=()):
             f"{alias} WHERE {alias}.id = %s")
 
 
-def pk_param(model, pk):
-    return model._meta.pk.get_db_prep_value(pk, connection)
-
-
 def test_a_loaded_row_equals_the_orm_instance(company):
     agent = AgentFactory(company=company)
     issue = IssueFactory(company=company, assignee_agent=agent, status="in_progress", started_at=timezone.now(),
                          description="ünïcode")
     orm = Issue.objects.get(pk=issue.pk)
-    loaded, extras = rows.fetch_one(Issue, select(Issue), [pk_param(Issue, issue.pk)])
+    loaded, extras = rows.fetch_one(Issue, select(Issue), [rows.pk_value(Issue, issue.pk)])
     assert extras == ()
     assert field_values(loaded) == field_values(orm)
     assert loaded.assignee_agent_id == agent.pk  # a foreign key converts as its target (a UUID on SQLite too)
@@ -47,7 +43,7 @@ def test_a_loaded_row_equals_the_orm_instance(company):
 def test_a_missing_row_is_none(company):
     issue = IssueFactory(company=company)
     Issue.objects.filter(pk=issue.pk).delete()
-    assert rows.fetch_one(Issue, select(Issue), [pk_param(Issue, issue.pk)]) == (None, ())
+    assert rows.fetch_one(Issue, select(Issue), [rows.pk_value(Issue, issue.pk)]) == (None, ())
 
 
 def test_a_joined_row_splits_into_its_models_with_deferred_fields_deferred(company):
@@ -57,7 +53,7 @@ def test_a_joined_row_splits_into_its_models_with_deferred_fields_deferred(compa
     sql = (f"SELECT {rows.select_list(AgentApiKey, 'k', ('key_hash',))}, {rows.select_list(Agent, 'a')} "
            f"FROM {qn(AgentApiKey._meta.db_table)} k JOIN {qn(Agent._meta.db_table)} a ON a.id = k.agent_id "
            f"WHERE k.id = %s")
-    loaded_key, loaded_agent = rows.split(rows.fetch_row(sql, [pk_param(AgentApiKey, key.pk)]),
+    loaded_key, loaded_agent = rows.split(rows.fetch_row(sql, [rows.pk_value(AgentApiKey, key.pk)]),
                                           (AgentApiKey, ("key_hash",)), Agent)
     assert field_values(loaded_agent) == field_values(Agent.objects.get(pk=agent.pk))
     assert field_values(loaded_key, ("key_hash",)) == field_values(AgentApiKey.objects.get(pk=key.pk), ("key_hash",))

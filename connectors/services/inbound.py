@@ -191,8 +191,8 @@ def _claim_head(instance_id, external_task_id: str) -> InboundEvent | None:
     company with it (fresh for every event: a pause is seen before the next one). Only the event row is
     locked (``OF e``): locking the instance would serialise every worker of the instance. Built once
     (every applied event starts here)."""
-    row = rows.fetch_row(_claim_head_sql(), [ConnectorInstance._meta.pk.get_db_prep_value(instance_id, connection),
-                                             external_task_id, *UNFINISHED_EVENT_STATUSES])
+    row = rows.fetch_row(_claim_head_sql(), [rows.pk_value(ConnectorInstance, instance_id), external_task_id,
+                                             *UNFINISHED_EVENT_STATUSES])
     if row is None:
         return None
     event, instance, company = rows.split(row, (InboundEvent, _HEAD_DEFERRED), ConnectorInstance, Company)
@@ -311,8 +311,8 @@ def _active_link_sql() -> str:
 def active_link(instance, external_task_id: str) -> TaskLink | None:
     """The task's live link with its issue, both locked: every effect on the issue goes through this
     row. Built once (every applied event reads it)."""
-    row = rows.fetch_row(_active_link_sql(), [ConnectorInstance._meta.pk.get_db_prep_value(instance.pk, connection),
-                                              external_task_id, LinkStatus.UNLINKED])
+    row = rows.fetch_row(_active_link_sql(), [rows.pk_value(ConnectorInstance, instance.pk), external_task_id,
+                                              LinkStatus.UNLINKED])
     if row is None:
         return None
     link, issue = rows.split(row, TaskLink, Issue)

@@ -33,6 +33,7 @@ from issues.exceptions import InvalidInput, NotFound
 from issues.models import ActivityLog, Agent, Comment, HeartbeatRun, Issue, WakeupRequest
 from issues.run_context import context_merged, pending_wakes_apply
 from issues.selectors import unfolded_wakes
+from paperclip.core import rows
 
 from .activity import activity_context_current, activity_record
 from .kicks import kick_dispatcher
@@ -186,15 +187,9 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
 _CONTEXT_FIELD = WakeupRequest._meta.get_field("context")
 
 
-@lru_cache(maxsize=None)
-def _insert_fields(model) -> tuple:
-    """The fields an INSERT of ``model`` names (an autoincrement id is left to the database)."""
-    return tuple(f for f in model._meta.concrete_fields if not (f.primary_key and f.get_default() is None))
-
-
 def _row_params(prefix: str, obj, conn) -> dict:
     return {f"{prefix}_{f.column}": f.get_db_prep_save(getattr(obj, f.attname), conn)
-            for f in _insert_fields(type(obj)) if f.column != "run_id"}
+            for f in rows.insert_fields(type(obj)) if f.column != "run_id"}
 
 
 def _sql_literal(value: str) -> str:
@@ -219,7 +214,7 @@ def _coalesce_sql(has_issue: bool, asynchronous: bool) -> str:
     conn = connections[DEFAULT_DB_ALIAS]
 
     def insert(model, prefix):
-        fields = _insert_fields(model)
+        fields = rows.insert_fields(model)
         # typed parameters: the statement is also prepared with server-side binding
         values = ", ".join("target.id" if f.column == "run_id" else
                            f"CAST(%({prefix}_{f.column})s AS {f.db_type(conn)})" for f in fields)

@@ -32,6 +32,11 @@ def select_list(model, alias: str, exclude: tuple = ()) -> str:
     return ", ".join(f"{alias}.{qn(f.column)}" for f in _fields(model, exclude))
 
 
+def pk_value(model, value, *, using: str = DEFAULT_DB_ALIAS):
+    """``value`` as a parameter for ``model``'s primary key column (SQLite stores UUIDs as hex)."""
+    return model._meta.pk.get_db_prep_value(value, connections[using])
+
+
 def width(model, exclude: tuple = ()) -> int:
     """How many columns :func:`select_list` names (to split a joined row)."""
     return len(_fields(model, exclude))
@@ -92,18 +97,31 @@ def split(row, *models) -> list:
     return out
 
 
+def _pk_generated(model) -> bool:
+    """Does the database give ``model``'s primary key (an auto field) rather than Python (a default)?"""
+    pk = model._meta.pk
+    return pk.get_default() is None and getattr(pk, "db_returning", False)
+
+
+@lru_cache(maxsize=None)
+def insert_fields(model) -> tuple:
+    """The fields an INSERT of ``model`` names: every concrete field but a database-generated key."""
+    generated = _pk_generated(model)
+    return tuple(f for f in model._meta.concrete_fields if not (generated and f.primary_key))
+
+
 @lru_cache(maxsize=None)
 def _insert_plan(model, alias: str, skip_conflicts: bool) -> tuple:
-    """(sql, fields, generated) of a one-row INSERT of ``model``: every concrete field but a
-    database-generated primary key, which is returned. ``skip_conflicts``: a row a unique
-    constraint refuses is not inserted (and returns nothing), as ``bulk_create(ignore_conflicts=True)``."""
+    """(sql, fields, generated) of a one-row INSERT of ``model`` (:func:`insert_fields`; a
+    database-generated primary key is returned). ``skip_conflicts``: a row a unique constraint
+    refuses is not inserted (and returns nothing), as ``bulk_create(ignore_conflicts=True)``."""
     connection = connections[alias]
     qn = connection.ops.quote_name
     pk = model._meta.pk
-    generated = pk.get_default() is None and getattr(pk, "db_returning", False)
+    generated = _pk_generated(model)
     if (generated or skip_conflicts) and not connection.features.can_return_columns_from_insert:
         raise NotImplementedError(f"{connection.vendor} cannot return columns from an INSERT")
-    fields = tuple(f for f in model._meta.concrete_fields if not (generated and f is pk))
+    fields = insert_fields(model)
     on_conflict = OnConflict.IGNORE if skip_conflicts else None
     sql = (f"{connection.ops.insert_statement(on_conflict=on_conflict)} {qn(model._meta.db_table)} "
            f"({', '.join(qn(f.column) for f in fields)}) VALUES ({', '.join(['%s'] * len(fields))})")
