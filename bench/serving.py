@@ -205,47 +205,45 @@ def stop_server(proc: subprocess.Popen):
             proc.wait()
 
 
+def _processes() -> dict:
+    """pid -> (command name, parent pid, [utime, stime, cutime, cstime] in clock ticks), from Linux
+    /proc; empty where there is none."""
+    procs = {}
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    head, tail = (entry / "stat").read_text().rsplit(")", 1)
+                    fields = tail.split()
+                    procs[int(entry.name)] = (head.split("(", 1)[1], int(fields[1]),
+                                              [int(x) for x in fields[11:15]])
+    return procs
+
+
 def tree_cpu_seconds(pid: int) -> float | None:
     """utime + stime of a process and its live children (gunicorn's workers), from Linux /proc;
     None where that is unavailable."""
-    def own(p: int) -> tuple[float, int]:
-        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[1])
-
-    try:
-        total = own(pid)[0]
-    except (OSError, ValueError, IndexError, AttributeError):
+    procs = _processes()
+    if pid not in procs:
         return None
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != pid:
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                cpu, ppid = own(int(entry.name))
-                if ppid == pid:
-                    total += cpu
-    return total
+    ticks = sum(times[0] + times[1] for p, (_, ppid, times) in procs.items() if p == pid or ppid == pid)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def database_cpu_seconds() -> float | None:
     """CPU time of the local PostgreSQL server: the postmaster, its live backends and every backend
     it has reaped (a connection per request ends in a short-lived backend); Linux /proc, None where
     the server is not visible from here."""
-    clock = os.sysconf("SC_CLK_TCK")
-    procs = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                head, tail = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)
-                fields = tail.split()
-                procs[int(entry.name)] = (head.split("(", 1)[1], int(fields[1]), [int(x) for x in fields[11:15]])
+    procs = _processes()
     masters = [pid for pid, (comm, ppid, _) in procs.items()
                if comm.startswith("postgres") and procs.get(ppid, ("",))[0][:8] != "postgres"]
     if not masters:
         return None
-    total = 0
+    ticks = 0
     for master in masters:
-        total += sum(procs[master][2])  # own and reaped children's utime + stime
-        total += sum(sum(t[:2]) for _, ppid, t in procs.values() if ppid == master)  # live backends
-    return total / clock
+        ticks += sum(procs[master][2])  # own and reaped children's utime + stime
+        ticks += sum(sum(t[:2]) for _, ppid, t in procs.values() if ppid == master)  # live backends
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def redis_empty(db: int):
