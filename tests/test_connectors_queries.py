@@ -96,3 +96,28 @@ def test_queries_per_applied_event_are_bounded_and_independent_of_link_count():
     # An import includes the host's issue creation (numbering, audit, assignment wake).
     assert imported <= MAX_IMPORT_QUERIES
     assert small == large
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_imported_issue_wakes_its_agent_without_savepoints_of_its_own():
+    """The new issue's run and wake join the import's transaction directly: no other transaction can
+    see the issue, so there is no insert race to roll back from (two round trips per savepoint saved).
+    The one savepoint left is issue_create's, nested in the apply."""
+    from tests.connector_fakes import FakeStore
+    from tests.factories import CompanyFactory
+    from issues.models import HeartbeatRun, WakeupRequest
+
+    company = CompanyFactory()
+    agent = AgentFactory(company=company, name="worker")
+    instance, store = make_instance(company, name="imports", store=FakeStore(container="acme/imports"),
+                                    rules=[{"kind": "default_route", "agentId": agent.pk}])
+    raw = store.add_task(1, state="doing", labels=["x"])
+    _queue(instance, store, raw, "import-1")
+    with CaptureQueriesContext(connection) as ctx:
+        assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 1
+    savepoints = [q["sql"] for q in ctx.captured_queries if q["sql"].upper().startswith("SAVEPOINT")]
+    assert len(savepoints) == 1, savepoints
+    issue = TaskLink.objects.get(instance=instance, external_task_id=raw["id"]).issue
+    run = HeartbeatRun.objects.get(issue=issue)
+    assert run.agent_id == agent.pk and run.status == "queued"
+    assert WakeupRequest.objects.get(issue=issue).run_id == run.pk

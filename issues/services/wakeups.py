@@ -94,7 +94,9 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
         if fast is not None:
             return fast
     try:
-        with transaction.atomic():
+        # A new issue's wake needs no savepoint: nothing can race it (see _place) and no handler below
+        # recovers from a failure inside; a failure rolls back with the caller's issue.
+        with transaction.atomic(savepoint=not (issue_is_new and not idempotency_key)):
             # For an issue, no agent lock: the live-slot constraint makes a second new run fail (then
             # it coalesces) and _place locks the run row it merges into. Agent-level wakes (no
             # issue, no constraint) still take one wake at a time per agent.
@@ -259,17 +261,19 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields, new_issu
         if holder is not None:
             wake.status, wake.deferred_for_run = WakeStatus.DEFERRED_ISSUE_EXECUTION, holder
             return
+        fields = dict(company_id=agent.company_id, agent=agent, issue=issue, invocation_source=source,
+                      wake_reason=reason, adapter_type=agent.adapter_type,
+                      context={**wake.context, "commentIds": comment_ids, "wakeReasons": [reason] if reason else []},
+                      **run_fields)
+        if new_issue:  # no other run can hold the new issue's live slot: no savepoint to fall back to
+            wake.run, wake.status = HeartbeatRun.objects.create(**fields), WakeStatus.CLAIMED
+            return
         try:
             with transaction.atomic():
-                run = HeartbeatRun.objects.create(
-                    company_id=agent.company_id, agent=agent, issue=issue, invocation_source=source,
-                    wake_reason=reason, adapter_type=agent.adapter_type,
-                    context={**wake.context, "commentIds": comment_ids, "wakeReasons": [reason] if reason else []},
-                    **run_fields,
-                )
+                run = HeartbeatRun.objects.create(**fields)
                 # The constraint covers runs until they start: one that was created and claimed
                 # since the read above is visible now (it committed before this insert).
-                if issue is not None and not new_issue and HeartbeatRun.objects.filter(
+                if issue is not None and HeartbeatRun.objects.filter(
                     agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES, stop_requested_at__isnull=True,
                 ).exclude(pk=run.pk).exists():
                     raise _SlotTaken
