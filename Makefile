@@ -61,8 +61,10 @@ schema: install
 	$(PY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
 
 bench: install  # each prints its figure next to a baseline measured in the same run
+	$(PY) bench/checkout_bench.py --server gunicorn
 	$(PY) bench/checkout_bench.py
 	$(PY) bench/wake_bench.py
+	$(PY) bench/webhook_bench.py --server gunicorn --skip-apply
 	$(PY) bench/webhook_bench.py
 	$(PY) bench/apply_bench.py
 	$(PY) bench/symphony_latency_bench.py

@@ -3,7 +3,9 @@
 
 Measures ``POST /api/issues/{id}/checkout`` throughput and p50/p99 latency with N concurrent
 HTTP clients against PostgreSQL, next to a baseline measured in the same run: a bare Django
-view that does one ``SELECT ... FOR UPDATE`` and one ``UPDATE`` of a comparable issue row.
+view that does one ``SELECT ... FOR UPDATE`` and one ``UPDATE`` of a comparable issue row. A third
+phase, the DRF floor, runs that same bare claim inside a DRF view with the app's agent-key
+authentication and body parsing: the part of the gap any authenticated API request pays.
 
     .venv/bin/python bench/checkout_bench.py [--per-client 250] [--rounds 3] [--contended]
                                              [--server gunicorn [--workers 2] [--threads 8]]
@@ -18,7 +20,8 @@ view that does one ``SELECT ... FOR UPDATE`` and one ``UPDATE`` of a comparable 
   (``gunicorn.conf.py``, gthread ``--workers`` x ``--threads``; bench/serving.py).
 * Clients: threads, each with its own keep-alive ``httpx.Client``; one agent (API key + live
   run) per client; every request claims a distinct fresh ``todo`` issue (uncontended).
-  Baseline and checkout phases alternate for ``--rounds`` rounds; medians are reported.
+  Baseline, DRF floor and checkout phases alternate for ``--rounds`` rounds (``--no-drf-floor``
+  leaves the floor out); medians are reported.
 * Output: a table on stdout and ``bench/results/checkout.json``.
 """
 from __future__ import annotations
@@ -42,6 +45,7 @@ RESULTS = BENCH_DIR / "results" / "checkout.json"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/paperclip_bench"
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
 TARGET_RATIO = 0.8  # issue #19: checkout >= 0.8 of the bare baseline
+PHASES = ("baseline", "drf", "checkout")  # drf: the bare claim behind DRF + agent-key authentication
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -138,7 +142,7 @@ def create_bench_data(args) -> dict:
         return ids
 
     pools: dict = {}
-    for phase in ("baseline", "checkout"):
+    for phase in PHASES:
         pools[("warmup", phase)] = [pool(f"warmup {phase} c{c}", args.warmup) for c in range(args.clients)]
         for r in range(args.rounds):
             pools[(r, phase)] = [pool(f"{phase} r{r} c{c}", args.per_client) for c in range(args.clients)]
@@ -177,6 +181,8 @@ def percentile(sorted_values: list[float], p: float) -> float:
 def request_for(phase: str, agent: dict, issue_id: str, baseline_path: str) -> tuple[str, dict]:
     if phase == "checkout":
         return f"/api/issues/{issue_id}/checkout", {"agentId": agent["agentId"], "expectedStatuses": ["todo"]}
+    if phase == "drf":
+        return f"/bench/drf-floor/{issue_id}/claim", {"agentId": agent["agentId"], "runId": agent["runId"]}
     return f"{baseline_path}/{issue_id}/claim", {"agentId": agent["agentId"], "runId": agent["runId"]}
 
 
@@ -322,6 +328,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=20, help="warm-up requests per client per phase")
     parser.add_argument("--contended", action="store_true",
                         help="also run one contended round: all clients race for the same issues")
+    parser.add_argument("--no-drf-floor", dest="drf_floor", action="store_false",
+                        help="leave out the DRF floor phase (the bare claim behind DRF and authentication)")
     parser.add_argument("--baseline", choices=("sql", "orm"), default="sql",
                         help="baseline view: raw SQL (default) or ORM select_for_update().get")
     parser.add_argument("--conn-max-age", type=int, default=None,
@@ -374,13 +382,14 @@ def main(argv=None):
         print(f"load average {os.getloadavg()[0]:.2f}; {args.clients} clients x {args.per_client} requests, "
               f"{args.rounds} rounds, baseline={args.baseline}, CONN_MAX_AGE={server['conn_max_age']}")
 
-        for phase in ("baseline", "checkout"):
+        phases = [p for p in PHASES if p != "drf" or args.drf_floor]
+        for phase in phases:
             r = run_phase(f"warmup {phase}", phase, clients, agents, data["pools"][("warmup", phase)], args)
             check(r)
 
         results = []
         for rnd in range(args.rounds):
-            for phase in ("baseline", "checkout"):
+            for phase in phases:
                 pools = data["pools"][(rnd, phase)]
                 r = run_phase(f"{phase} #{rnd + 1}", phase, clients, agents, pools, args)
                 check(r, verify_claims(pools, agents))
@@ -409,6 +418,7 @@ def main(argv=None):
         stop_server(proc)
 
     base, chk = summarize(results, "baseline"), summarize(results, "checkout")
+    floor = summarize(results, "drf") if args.drf_floor else None
     ratio = chk["throughput_rps"] / base["throughput_rps"]
     p50_ratio = chk["p50_ms"] / base["p50_ms"]
     p99_ratio = chk["p99_ms"] / base["p99_ms"]
@@ -425,6 +435,9 @@ def main(argv=None):
     print("-" * len(header))
     print(row(f"baseline (median of {base['rounds']})", base["requests"], base["throughput_rps"],
               base["p50_ms"], base["p99_ms"], base["server_cpu_ms_per_req"]))
+    if floor:
+        print(row(f"DRF floor (median of {floor['rounds']})", floor["requests"], floor["throughput_rps"],
+                  floor["p50_ms"], floor["p99_ms"], floor["server_cpu_ms_per_req"]))
     print(row(f"checkout (median of {chk['rounds']})", chk["requests"], chk["throughput_rps"],
               chk["p50_ms"], chk["p99_ms"], chk["server_cpu_ms_per_req"]))
     for r in contended:
@@ -434,6 +447,12 @@ def main(argv=None):
     print()
     print(f"ratio (checkout / baseline throughput) = {ratio:.2f}  (target >= {TARGET_RATIO:.2f})"
           f"{'' if ratio >= TARGET_RATIO else '  BELOW TARGET'}")
+    if floor:
+        print(f"DRF floor / baseline = {floor['throughput_rps'] / base['throughput_rps']:.2f} (the bare claim behind "
+              f"DRF and agent-key authentication); checkout / DRF floor = "
+              f"{chk['throughput_rps'] / floor['throughput_rps']:.2f} (the checkout's own work); server CPU "
+              f"{floor['server_cpu_ms_per_req'] or float('nan'):.2f} ms, database CPU "
+              f"{floor['db_cpu_ms_per_req'] or float('nan'):.2f} ms per request")
     print(f"latency, checkout vs baseline: p50 {chk['p50_ms']:.2f} vs {base['p50_ms']:.2f} ms ({p50_ratio:.2f}x), "
           f"p99 {chk['p99_ms']:.2f} vs {base['p99_ms']:.2f} ms ({p99_ratio:.2f}x)")
     if base["server_cpu_ms_per_req"] and chk["server_cpu_ms_per_req"]:
@@ -454,7 +473,9 @@ def main(argv=None):
                    "warmup": args.warmup, "baseline": args.baseline, "contended": args.contended},
         "server": server, "environment": versions, "rounds": results, "contended": contended,
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        "summary": {"baseline": base, "checkout": chk, "throughput_ratio": ratio, "p50_ratio": p50_ratio,
+        "summary": {"baseline": base, "checkout": chk, "drf_floor": floor,
+                    "drf_floor_ratio": floor["throughput_rps"] / base["throughput_rps"] if floor else None,
+                    "throughput_ratio": ratio, "p50_ratio": p50_ratio,
                     "p99_ratio": p99_ratio, "p99_ms": {"checkout": chk["p99_ms"], "baseline": base["p99_ms"]},
                     "target_ratio": TARGET_RATIO, "meets_target": ratio >= TARGET_RATIO},
     }
