@@ -98,11 +98,16 @@ def test_queries_per_applied_event_are_bounded_and_independent_of_link_count():
     assert small == large
 
 
+def _savepoints(ctx) -> list[str]:
+    return [q["sql"] for q in ctx.captured_queries if q["sql"].upper().startswith("SAVEPOINT")]
+
+
 @pytest.mark.django_db(transaction=True)
-def test_an_imported_issue_wakes_its_agent_without_savepoints_of_its_own():
+def test_imports_and_comments_wake_their_agent_without_savepoints_of_their_own():
     """The new issue's run and wake join the import's transaction directly: no other transaction can
     see the issue, so there is no insert race to roll back from (two round trips per savepoint saved).
-    The one savepoint left is issue_create's, nested in the apply."""
+    A comment's wake joins the comment's block the same way. The one savepoint left is issue_create's
+    or comment_create's, nested in the apply."""
     from tests.connector_fakes import FakeStore
     from tests.factories import CompanyFactory
     from issues.models import HeartbeatRun, WakeupRequest
@@ -115,9 +120,18 @@ def test_an_imported_issue_wakes_its_agent_without_savepoints_of_its_own():
     _queue(instance, store, raw, "import-1")
     with CaptureQueriesContext(connection) as ctx:
         assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 1
-    savepoints = [q["sql"] for q in ctx.captured_queries if q["sql"].upper().startswith("SAVEPOINT")]
-    assert len(savepoints) == 1, savepoints
+    assert len(_savepoints(ctx)) == 1, _savepoints(ctx)
     issue = TaskLink.objects.get(instance=instance, external_task_id=raw["id"]).issue
     run = HeartbeatRun.objects.get(issue=issue)
     assert run.agent_id == agent.pk and run.status == "queued"
     assert WakeupRequest.objects.get(issue=issue).run_id == run.pk
+
+    _queue(instance, store, raw, "comment-1", comment=store.add_comment(raw["id"], "one more thing"))
+    with CaptureQueriesContext(connection) as ctx:
+        assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 1
+    assert len(_savepoints(ctx)) == 1, _savepoints(ctx)
+    coalesced = WakeupRequest.objects.filter(issue=issue).order_by("created_at").last()
+    assert coalesced.run_id == run.pk and coalesced.status == "coalesced"
+    comment_id = str(issue.comments.get().pk)
+    run.refresh_from_db()
+    assert comment_id in run.context["commentIds"]

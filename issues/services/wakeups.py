@@ -93,10 +93,12 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
         fast = _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context or {})
         if fast is not None:
             return fast
+    # The wake of the caller's new issue or new comments needs no savepoint of its own: the caller's
+    # atomic block encloses it with nothing in between that recovers from a failure, so a failure
+    # rolls back with the issue or comment. Only an idempotency key's insert race is handled here.
+    own_savepoint = bool(idempotency_key) or not (issue_is_new or comments_checked)
     try:
-        # A new issue's wake needs no savepoint: nothing can race it (see _place) and no handler below
-        # recovers from a failure inside; a failure rolls back with the caller's issue.
-        with transaction.atomic(savepoint=not (issue_is_new and not idempotency_key)):
+        with transaction.atomic(savepoint=own_savepoint):
             # For an issue, no agent lock: the live-slot constraint makes a second new run fail (then
             # it coalesces) and _place locks the run row it merges into. Agent-level wakes (no
             # issue, no constraint) still take one wake at a time per agent.
