@@ -73,13 +73,13 @@ def configure_env(args) -> str:
 
 def worker_env(args) -> dict:
     """The Celery workers' environment: this one, with kicks on (they apply what they are sent).
-    ``--worker-conn-max-age``: CONN_MAX_AGE for the workers (unset: the deployment default, 0, which
-    opens a database connection per message)."""
+    ``--worker-conn-max-age``: PAPERCLIP_WORKER_CONN_MAX_AGE for the workers (unset: the deployment
+    default, 60 s; 0 opens a database connection per message)."""
     env = dict(os.environ)
     env.pop("PAPERCLIP_CONNECTOR_KICK_ON_COMMIT", None)
     env["PYTHONFAULTHANDLER"] = "1"  # a stuck worker's stack: kill -ABRT <pool child>
     if args.worker_conn_max_age is not None:
-        env["CONN_MAX_AGE"] = str(args.worker_conn_max_age)
+        env["PAPERCLIP_WORKER_CONN_MAX_AGE"] = str(args.worker_conn_max_age)
     return env
 
 

@@ -102,7 +102,7 @@ else:
     # connections (CONN_MAX_AGE). "off": Django's client-side binding, for a pooler that cannot
     # carry prepared statements (PgBouncer in transaction mode before 1.21).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        prepared_statements_options(env.str("DATABASE_PREPARE_THRESHOLD", default="5")))
+        prepared_statements_options(env.str("DATABASE_PREPARE_THRESHOLD", default="")))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -180,6 +180,10 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes a worker's database connections after every task unless this is set,
+# whatever CONN_MAX_AGE says; the workers apply Django's own policy instead (paperclip.celery,
+# PAPERCLIP_WORKER_CONN_MAX_AGE), and the fixup recycles a connection after this many tasks at most.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BEAT_SCHEDULE = {
     "paperclip-sweep": {"task": "issues.tasks.sweep", "schedule": env.float("PAPERCLIP_SWEEP_SECONDS", default=15.0)},
 }
@@ -193,6 +197,9 @@ PAPERCLIP = {
     # (PostgreSQL). Faster under a burst, but a database crash can lose the newest acknowledged
     # coalesced wakes (never a run): off by default, so every acknowledged wake is durable.
     "WAKE_COALESCE_ASYNC_COMMIT": env.bool("PAPERCLIP_WAKE_COALESCE_ASYNC_COMMIT", default=False),
+    # Seconds a Celery worker keeps a database connection across tasks (CONN_MAX_AGE for workers;
+    # 0: a connection per task). Kept connections keep PostgreSQL's prepared statements and caches.
+    "WORKER_CONN_MAX_AGE": env.int("PAPERCLIP_WORKER_CONN_MAX_AGE", default=60),
     # Bounded paged reads (agent case reads, workflow prompt pages): UTF-8 bytes per page.
     "CASE_READ_DEFAULT_BYTES": env.int("PAPERCLIP_CASE_READ_DEFAULT_BYTES", default=64 * 1024),
     "CASE_READ_MAX_BYTES": env.int("PAPERCLIP_CASE_READ_MAX_BYTES", default=256 * 1024),

@@ -4,17 +4,19 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 OFF = ("off", "false", "no", "none", "0")
+DEFAULT_THRESHOLD = 5  # psycopg's own default
 
 
 def prepared_statements_options(threshold: str) -> dict:
     """``OPTIONS`` for ``DATABASE_PREPARE_THRESHOLD``: a count (psycopg prepares a statement once it
     has run that many times on one connection, which needs server-side binding), or ``off`` for
-    Django's default client-side binding with nothing prepared. Anything else refuses to start."""
+    Django's default client-side binding with nothing prepared; empty is the default. Anything else
+    refuses to start."""
     value = threshold.strip().lower()
     if value in OFF:
         return {}
     try:
-        count = int(value)
+        count = int(value) if value else DEFAULT_THRESHOLD
     except ValueError:
         count = -1
     if count < 1:
