@@ -16,7 +16,11 @@ from django.db import connection
 from paperclip.celery import app
 from tests.test_celery_topology import Topology, database_url, redis_database, wait_for
 
-pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL backends (SQLite has no server)")
+pytestmark = [
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL backends (SQLite has no server)"),
+    # The test process runs its own tasks eagerly; these messages go to the worker's broker on purpose.
+    pytest.mark.filterwarnings("ignore::celery.exceptions.AlwaysEagerIgnored"),
+]
 TASK = "connectors.tasks.process_task_events"
 
 
