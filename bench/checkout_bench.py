@@ -142,7 +142,7 @@ def create_bench_data(args) -> dict:
         return ids
 
     pools: dict = {}
-    for phase in PHASES:
+    for phase in phases_of(args):
         pools[("warmup", phase)] = [pool(f"warmup {phase} c{c}", args.warmup) for c in range(args.clients)]
         for r in range(args.rounds):
             pools[(r, phase)] = [pool(f"{phase} r{r} c{c}", args.per_client) for c in range(args.clients)]
@@ -176,6 +176,11 @@ def percentile(sorted_values: list[float], p: float) -> float:
         return float("nan")
     rank = max(1, math.ceil(p / 100 * len(sorted_values)))
     return sorted_values[rank - 1]
+
+
+def phases_of(args) -> list[str]:
+    """The phases this run measures, in the order they alternate."""
+    return [p for p in PHASES if p != "drf" or args.drf_floor]
 
 
 def request_for(phase: str, agent: dict, issue_id: str, baseline_path: str) -> tuple[str, dict]:
@@ -382,7 +387,7 @@ def main(argv=None):
         print(f"load average {os.getloadavg()[0]:.2f}; {args.clients} clients x {args.per_client} requests, "
               f"{args.rounds} rounds, baseline={args.baseline}, CONN_MAX_AGE={server['conn_max_age']}")
 
-        phases = [p for p in PHASES if p != "drf" or args.drf_floor]
+        phases = phases_of(args)
         for phase in phases:
             r = run_phase(f"warmup {phase}", phase, clients, agents, data["pools"][("warmup", phase)], args)
             check(r)

@@ -132,9 +132,9 @@ class Topology:
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return self.procs[name]
 
-    def worker(self, name):
+    def worker(self, name, *, pool="threads", concurrency=2):
         return self._start(name, [
-            "worker", "--pool=threads", "--concurrency=2", "--loglevel=INFO",
+            "worker", f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO",
             "-n", f"topology-{name}-{uuid.uuid4().hex[:8]}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ])

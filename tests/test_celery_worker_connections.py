@@ -7,7 +7,6 @@ finds nothing, in a transaction, so the task's last statement is its COMMIT. Pos
 ``pg_stat_activity`` shows which backend ran it and since when (the worker's main process keeps a
 connection of its own, whose last statement is a read). Needs Redis on 127.0.0.1:6379 (CI starts it)."""
 import os
-import time
 import uuid
 
 import pytest
@@ -43,9 +42,7 @@ def worker(transactional_db, tmp_path):
 
         def start(max_age: int):
             topology.env["PAPERCLIP_WORKER_CONN_MAX_AGE"] = str(max_age)
-            topology._start("w", ["worker", "--pool=prefork", "--concurrency=1", "--loglevel=INFO",
-                                  "-n", f"conns-{uuid.uuid4().hex[:8]}@%h",
-                                  "--without-gossip", "--without-mingle", "--without-heartbeat"])
+            topology.worker("w", pool="prefork", concurrency=1)
             topology.wait_ready("w")
 
         def send(count: int):
@@ -73,11 +70,8 @@ def test_a_worker_keeps_its_connection_across_tasks(worker):
     send(3)
     first = wait_for(task_backends, timeout=10, what="the worker's backend to show its last task's end")
     assert len(first) == 1, first
-    between = time.time()
     send(3)
-    later = task_backends()
-    assert later == first  # the same backend, started before the second batch was sent
-    assert first[0][1].timestamp() < between
+    assert task_backends() == first  # the same backend (pid and start time) ran the second batch
 
 
 def test_with_no_max_age_a_worker_opens_a_connection_per_task(worker):

@@ -5,10 +5,10 @@ from django.test.utils import CaptureQueriesContext
 
 from connectors.models import InboundEvent, TaskLink
 from connectors.services import inbound
-from issues.models import Company, Issue
+from issues.models import Company, HeartbeatRun, Issue, WakeupRequest
 from tests.connector_factories import make_instance
-from tests.connector_fakes import FakeTrackerAdapter
-from tests.factories import AgentFactory
+from tests.connector_fakes import FakeStore, FakeTrackerAdapter
+from tests.factories import AgentFactory, CompanyFactory
 
 MAX_QUERIES = 17  # a comment is 16.1 (its wake coalesces into the run: fold, primary, run), an edit 7.1
 # An import also creates its issue (numbering, audit) and the issue's first run; the run needs no
@@ -58,8 +58,6 @@ def _measure(instance, raw_id, expected=1):
 
 
 def _measure_instance(company, agent, links, name):
-    from tests.connector_fakes import FakeStore
-
     instance, store = make_instance(company, name=name, store=FakeStore(container=f"acme/{name.replace(' ', '-')}"),
                                     rules=[{"kind": "default_route", "agentId": agent.pk}])
     _bulk_links(instance, store, links)
@@ -84,8 +82,6 @@ def _measure_instance(company, agent, links, name):
 @pytest.mark.django_db(transaction=True)
 def test_queries_per_applied_event_are_bounded_and_independent_of_link_count():
     """Measured as a worker runs it (outside any test transaction), over batches of 10 events."""
-    from tests.factories import CompanyFactory
-
     company = CompanyFactory()
     agent = AgentFactory(company=company, name="worker")
     small = _measure_instance(company, agent, 10, "ten links")
@@ -108,10 +104,6 @@ def test_imports_and_comments_wake_their_agent_without_savepoints_of_their_own()
     see the issue, so there is no insert race to roll back from (two round trips per savepoint saved).
     A comment's wake joins the comment's block the same way. The one savepoint left is issue_create's
     or comment_create's, nested in the apply."""
-    from tests.connector_fakes import FakeStore
-    from tests.factories import CompanyFactory
-    from issues.models import HeartbeatRun, WakeupRequest
-
     company = CompanyFactory()
     agent = AgentFactory(company=company, name="worker")
     instance, store = make_instance(company, name="imports", store=FakeStore(container="acme/imports"),

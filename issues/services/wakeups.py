@@ -268,20 +268,20 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields, new_issu
                       context={**wake.context, "commentIds": comment_ids, "wakeReasons": [reason] if reason else []},
                       **run_fields)
         if new_issue:  # no other run can hold the new issue's live slot: no savepoint to fall back to
-            wake.run, wake.status = HeartbeatRun.objects.create(**fields), WakeStatus.CLAIMED
-            return
-        try:
-            with transaction.atomic():
-                run = HeartbeatRun.objects.create(**fields)
-                # The constraint covers runs until they start: one that was created and claimed
-                # since the read above is visible now (it committed before this insert).
-                if issue is not None and HeartbeatRun.objects.filter(
-                    agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES, stop_requested_at__isnull=True,
-                ).exclude(pk=run.pk).exists():
-                    raise _SlotTaken
-        except (IntegrityError, _SlotTaken) as exc:
-            lost = exc  # a concurrent wake took the live slot first: coalesce into its run
-            continue
+            run = HeartbeatRun.objects.create(**fields)
+        else:
+            try:
+                with transaction.atomic():
+                    run = HeartbeatRun.objects.create(**fields)
+                    # The constraint covers runs until they start: one that was created and claimed
+                    # since the read above is visible now (it committed before this insert).
+                    if issue is not None and HeartbeatRun.objects.filter(
+                        agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES, stop_requested_at__isnull=True,
+                    ).exclude(pk=run.pk).exists():
+                        raise _SlotTaken
+            except (IntegrityError, _SlotTaken) as exc:
+                lost = exc  # a concurrent wake took the live slot first: coalesce into its run
+                continue
         wake.run, wake.status = run, WakeStatus.CLAIMED
         return
     raise IntegrityError(f"no live run to join and none could be created ({lost!r})")
