@@ -10,6 +10,23 @@ def process_task_events(instance_id: str, external_task_id: str):
 
 
 @shared_task(ignore_result=True, acks_late=True)
+def process_task_events_many(keys: list):
+    """Several tasks' queues, one after another (the kicks of a burst share a message). One task's
+    failure does not keep the others waiting: it is raised (and so logged) after they ran, and the
+    sweep retries what it left pending."""
+    from connectors.services.inbound import task_events_process
+
+    failure = None
+    for instance_id, external_task_id in keys:
+        try:
+            task_events_process(instance_id=instance_id, external_task_id=external_task_id)
+        except Exception as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+@shared_task(ignore_result=True, acks_late=True)
 def resync_link(link_id: str):
     from connectors.services.interventions import link_resync_now
 

@@ -286,6 +286,10 @@ CONNECTORS = {
     # With a broker, a stored webhook event is kicked through Celery on commit; without one (the embedded
     # default) the request only verifies and stores and manage.py paperclip_worker drains the inbox.
     "KICK_ON_COMMIT": env.bool("PAPERCLIP_CONNECTOR_KICK_ON_COMMIT", default=PAPERCLIP["KICK_ON_COMMIT"]),
+    # Kicks of a burst share Celery messages: at most one round of publishes per KICK_LINGER_MS in each
+    # web process, up to KICK_BATCH_SIZE tasks a message (a kick after a quiet spell goes out at once).
+    "KICK_BATCH_SIZE": env.int("PAPERCLIP_CONNECTOR_KICK_BATCH_SIZE", default=8),
+    "KICK_LINGER_MS": env.float("PAPERCLIP_CONNECTOR_KICK_LINGER_MS", default=10.0),
     # Workers starting within this many seconds of each other run one restart recovery pass (§13.2).
     "RESTART_RECOVERY_GRACE_SECONDS": env.int("PAPERCLIP_CONNECTOR_RESTART_RECOVERY_GRACE_SECONDS", default=60),
     "SWEEP_BATCH": 500,

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from connectors.sandbox.github import DEFAULT_FIXTURES_DIR
 from connectors.models import InboundEvent, TaskLink
-from connectors.services import inbound
+from connectors.services import inbound, kicks
 from connectors.services.instances import instance_create
 from connectors.services.intake import webhook_intake
 from issues.actors import SYSTEM
@@ -44,7 +44,7 @@ def deliveries():
     return out
 
 
-def test_worker_sigkill_mid_stream_applies_every_delivery_exactly_once(topology, monkeypatch):
+def test_worker_sigkill_mid_stream_applies_every_delivery_exactly_once(topology, monkeypatch, settings):
     topology.env.update({"PAPERCLIP_CONNECTOR_SWEEP_SECONDS": "1", "PAPERCLIP_CONNECTOR_STALE_PENDING_SECONDS": "2",
                          "PAPERCLIP_SECRET_GH_TOPOLOGY_SECRET": SECRET, "PAPERCLIP_CONNECTOR_RETRY_BASE_SECONDS": "0.2"})
     monkeypatch.setenv("PAPERCLIP_SECRET_GH_TOPOLOGY_SECRET", SECRET)
@@ -59,9 +59,15 @@ def test_worker_sigkill_mid_stream_applies_every_delivery_exactly_once(topology,
     monkeypatch.setenv("CELERY_BROKER_URL", topology.env["CELERY_BROKER_URL"])
     broker = Celery(broker=topology.env["CELERY_BROKER_URL"])
 
+    # Kicks go out as production sends them: a Kicker's thread, the kicks waiting together sharing
+    # a process_task_events_many message.
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    kicker = kicks.Kicker(lambda keys: broker.send_task("connectors.tasks.process_task_events_many",
+                                                        args=[[list(key) for key in keys]]))
+
     def kick_over_redis(instance_id, external_task_id):
-        transaction.on_commit(lambda: broker.send_task("connectors.tasks.process_task_events",
-                                                       args=[str(instance_id), external_task_id]))
+        key = (str(instance_id), external_task_id)
+        transaction.on_commit(lambda: kicker.put(key))
 
     monkeypatch.setattr(inbound, "kick", kick_over_redis)
     import connectors.services.intake as intake_module
@@ -73,6 +79,7 @@ def test_worker_sigkill_mid_stream_applies_every_delivery_exactly_once(topology,
         webhook_intake(instance=instance, body=body, headers={
             "x-github-event": event, "x-github-delivery": str(uuid.uuid4()), "x-hub-signature-256": signature(SECRET,
                                                                                                               body)})
+    assert kicker.flush(timeout=60)
     assert InboundEvent.objects.filter(instance=instance, status="pending").count() == 1000
 
     def applied():

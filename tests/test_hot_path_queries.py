@@ -6,11 +6,13 @@ import re
 import threading
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from connectors import tasks
 from connectors.models import ConnectorInstance, InboundEvent
 from connectors.services import kicks
 from issues.models import ActivityLog, Label
@@ -144,52 +146,102 @@ def test_concurrent_redeliveries_store_one_row(quiet_instance):
     assert {r["eventId"] for r in results} == {InboundEvent.objects.get().pk}
 
 
+class Broker:
+    """Records what a Kicker publishes (the keys of each message and the thread that sent it); the
+    first message can be held, as a slow broker would."""
+
+    def __init__(self, hold_first=False, refuse=()):
+        self.messages, self.threads = [], []
+        self.started, self.gate = threading.Event(), threading.Event()
+        self.hold_first, self.refuse = hold_first, set(refuse)
+
+    def send_many(self, keys):
+        self.threads.append(threading.current_thread())
+        if self.refuse & set(keys):
+            raise ConnectionError("broker down")
+        if self.hold_first and not self.messages:
+            self.started.set()
+            self.gate.wait(timeout=10)
+        self.messages.append(list(keys))
+
+
 def test_kicks_are_sent_off_the_request_thread_and_coalesced(settings):
-    """With a broker (not eager) the caller only queues the kick; the kicker's thread sends it, and a
-    kick queued again before it went out is sent once."""
+    """With a broker (not eager) the caller only queues the kick; the kicker's thread sends it, a
+    kick queued again before it went out is sent once, and the kicks waiting together share one
+    message, in the order they were queued."""
     settings.CELERY_TASK_ALWAYS_EAGER = False
-    kicker = kicks.Kicker()
-    sent, threads = [], []
-    gate, first_started = threading.Event(), threading.Event()
-
-    def send(name):
-        def go():
-            threads.append(threading.current_thread())
-            if name == "first":
-                first_started.set()
-                gate.wait(timeout=10)  # the broker is slow: later kicks queue up meanwhile
-            sent.append(name)
-        return go
-
-    kicker.put("first", send("first"))
-    assert first_started.wait(timeout=10)
-    kicker.put("task-a", send("a1"))
-    kicker.put("task-b", send("b"))
-    kicker.put("task-a", send("a2"))  # already waiting: coalesced into the first one
-    gate.set()
+    broker = Broker(hold_first=True)
+    kicker = kicks.Kicker(broker.send_many, linger=0)
+    kicker.put("first")
+    assert broker.started.wait(timeout=10)
+    for key in ("task-a", "task-b", "task-a", "task-c"):  # the broker is slow: these wait meanwhile
+        kicker.put(key)
+    broker.gate.set()
     assert kicker.flush(timeout=10)
-    assert sent == ["first", "a1", "b"]
-    assert threading.current_thread() not in threads
+    assert broker.messages == [["first"], ["task-a", "task-b", "task-c"]]
+    assert threading.current_thread() not in broker.threads
+
+
+def test_a_message_carries_at_most_a_batch_of_kicks(settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    broker = Broker(hold_first=True)
+    kicker = kicks.Kicker(broker.send_many, batch=2, linger=0)
+    kicker.put("first")
+    assert broker.started.wait(timeout=10)
+    for key in ("a", "b", "c", "d", "e"):
+        kicker.put(key)
+    broker.gate.set()
+    assert kicker.flush(timeout=10)
+    assert broker.messages == [["first"], ["a", "b"], ["c", "d"], ["e"]]
+
+
+def test_a_kick_after_a_quiet_spell_goes_out_at_once_and_a_burst_lingers(settings):
+    """The first kick is not held back by the linger; kicks right behind it wait out the linger and
+    share a message (what keeps a busy web process from paying a publish per delivery)."""
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    broker = Broker()
+    kicker = kicks.Kicker(broker.send_many, linger=2.0)
+    kicker.put("first")
+    assert kicker.flush(timeout=1.5), "the first kick waited for the linger"
+    kicker.put("a")
+    kicker.put("b")
+    assert not kicker.flush(timeout=0.2)  # lingering, not lost
+    assert kicker.flush(timeout=10)
+    assert broker.messages == [["first"], ["a", "b"]]
 
 
 def test_a_kick_the_broker_refuses_is_not_an_error(settings, caplog):
     """A failed send is logged; the sweep applies what it would have started (lost-kick test in
     test_connectors_engine.py)."""
     settings.CELERY_TASK_ALWAYS_EAGER = False
-    kicker = kicks.Kicker()
-
-    def refuse():
-        raise ConnectionError("broker down")
-
-    kicker.put("task-a", refuse)
-    sent = []
-    kicker.put("task-b", lambda: sent.append("b"))
+    broker = Broker(refuse={"task-a"})
+    kicker = kicks.Kicker(broker.send_many, batch=1, linger=0)
+    kicker.put("task-a")
+    kicker.put("task-b")
     assert kicker.flush(timeout=10)
-    assert sent == ["b"] and "not sent; the sweep will pick it up" in caplog.text
+    assert broker.messages == [["task-b"]] and "not sent; the sweep will pick them up" in caplog.text
 
 
 def test_eager_kicks_run_in_the_callers_thread(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True
-    sent = []
-    kicks.Kicker().put("task-a", lambda: sent.append(threading.current_thread()))
-    assert sent == [threading.current_thread()]
+    broker = Broker()
+    kicks.Kicker(broker.send_many).put("task-a")
+    assert broker.messages == [["task-a"]] and broker.threads == [threading.current_thread()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_message_applies_each_of_its_tasks_and_one_failure_does_not_hold_the_rest(quiet_instance):
+    """``process_task_events_many`` (the message a burst of kicks shares): every task in it is
+    applied even when one before it fails, and the failure is still raised (Celery logs it)."""
+    instance, store = quiet_instance
+    keys = []
+    for n in (3, 4):
+        task = store.add_task(n)
+        body, _ = store.delivery("task", task["id"])
+        assert post_webhook(Client(), instance, body).status_code == 202
+        keys.append([str(instance.pk), str(task["id"])])
+    assert InboundEvent.objects.filter(status="pending").count() == 2
+    with pytest.raises(ValidationError):
+        tasks.process_task_events_many([keys[0], ["not-a-connector-id", "9"], keys[1]])
+    assert sorted(InboundEvent.objects.values_list("external_task_id", "status")) == \
+        sorted((key[1], "applied") for key in keys)
