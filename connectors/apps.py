@@ -6,8 +6,13 @@ class ConnectorsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from . import receivers  # noqa: F401  (connects the outbound engine to the issues events)
+        from . import receivers  # connects the outbound engine to the issues events
         from . import worker_hooks
+
+        # A checkout's claim answers "is it linked?" for the outbound claim receiver (no extra read).
+        from issues.events import register_claim_fact
+
+        register_claim_fact(receivers.LINKED_FACT, receivers.linked_fact_sql())
 
         # Restart recovery at every worker start (§13.2) and the embedded worker's inbox drain.
         worker_hooks.connect()

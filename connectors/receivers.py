@@ -24,6 +24,17 @@ def _linked_sql() -> str:
     return f"SELECT 1 FROM {connection.ops.quote_name(TaskLink._meta.db_table)} WHERE issue_id = %s LIMIT 1"
 
 
+LINKED_FACT = "connectors.linked"
+
+
+def linked_fact_sql() -> str:
+    """The claim fact ``connectors.linked`` (issues.events.CLAIM_FACTS): is the claimed issue linked?"""
+    from connectors.models import TaskLink
+
+    table = connection.ops.quote_name(TaskLink._meta.db_table)
+    return f"EXISTS (SELECT 1 FROM {table} WHERE {table}.issue_id = {{issue}}.id)"
+
+
 def _linked(issue_id) -> bool:
     """Is the issue linked to a tracker? One indexed read, its statement built once: every checkout,
     status change and agent comment asks."""
@@ -80,7 +91,10 @@ def on_comment_created(sender, comment, actor=None, **kwargs):
 def on_checked_out(sender, issue, actor=None, run_id=None, **kwargs):
     from connectors.services import outbound
 
-    _guarded(outbound.claimed, _issue_id=issue.pk, issue=issue, run_id=run_id)
+    linked = getattr(issue, "claim_facts", {}).get(LINKED_FACT)  # the claim answered it (None: ask)
+    if linked is False:
+        return
+    _guarded(outbound.claimed, _issue_id=None if linked else issue.pk, issue=issue, run_id=run_id)
 
 
 @receiver(events.run_finished_atomic, dispatch_uid="connectors.outbound.run_finished")

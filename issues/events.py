@@ -16,6 +16,12 @@ comment_created = Signal()  # comment, actor
 # Sent inside the transaction (like issue_updated_atomic): the connectors outbox records its effects here.
 comment_created_atomic = Signal()  # comment, actor
 issue_checked_out_atomic = Signal()  # issue, actor, run_id
+# Facts about a claimed issue that receivers of issue_checked_out_atomic need, answered by the claim
+# statement itself (one more RETURNING column each) so a checkout pays no round trip for them:
+# name -> SQL boolean over the claimed row, ``{issue}`` standing for the issue table. Registered in
+# AppConfig.ready(); the claimed issue carries them as ``claim_facts`` (a receiver asks the database
+# itself when a fact is missing).
+CLAIM_FACTS: dict[str, str] = {}
 run_finished_atomic = Signal()  # run
 # Sent inside the transaction of the write (like comment_created_atomic), for outbound artifact links.
 work_product_created_atomic = Signal()  # work_product, actor
@@ -33,6 +39,10 @@ sweep_ticked = Signal()  # now; sent synchronously by the periodic sweep; receiv
 # a report dict; a failing receiver is logged and never stops the worker.
 worker_started = Signal()  # owner
 worker_ticked = Signal()  # now
+
+
+def register_claim_fact(name: str, sql: str):
+    CLAIM_FACTS[name] = sql
 
 
 def announce(signal: Signal, **kwargs):

@@ -1,6 +1,6 @@
 """The hot paths' statement lists, asserted so they cannot silently grow: a checkout is its key
-lookup, the claim (one UPDATE ... RETURNING), its audit row (one INSERT) and the connectors' linked
-check; a webhook delivery is its instance read and one INSERT (no BEGIN, no savepoint: the insert is
+lookup, the claim (one UPDATE ... RETURNING, which also answers the connectors' "is it linked?")
+and its audit row (one INSERT); a webhook delivery is its instance read and one INSERT (no BEGIN, no savepoint: the insert is
 its own transaction, deduped by the idempotency constraint). Kicks leave the request path."""
 import re
 import threading
@@ -47,13 +47,12 @@ def checkout(client, issue):
 
 CHECKOUT = [
     ("SELECT", "issues_agentapikey"),  # the key and its agent, one join
-    ("UPDATE", "issues_issue"),  # the claim, RETURNING the row
+    ("UPDATE", "issues_issue"),  # the claim, RETURNING the row and whether a tracker task is linked
     ("INSERT", "issues_activitylog"),  # the audit row
-    ("SELECT", "connectors_tasklink"),  # connectors: is the issue linked (outbound claim comment)?
 ]
 
 
-def test_checkout_is_four_statements(agent_client, company):
+def test_checkout_is_three_statements(agent_client, company):
     assert checkout(agent_client, IssueFactory(company=company)).status_code == 200  # throttled writes done
     issue = IssueFactory(company=company)
     with CaptureQueriesContext(connection) as ctx:

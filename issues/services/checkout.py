@@ -65,15 +65,17 @@ WHERE {key} = %s AND company_id IN ({companies}) AND (
     SELECT 1 FROM {relation} rel JOIN {issue} b ON b.id = rel.issue_id
     WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status NOT IN (%s, %s)
 ){run_check}
-RETURNING {columns}, EXISTS (SELECT 1 FROM {labels} l WHERE l.{labels_issue} = {issue}.id)
+RETURNING {columns}, EXISTS (SELECT 1 FROM {labels} l WHERE l.{labels_issue} = {issue}.id){facts}
 """
 # An agent's run must be its own and running; anything else takes the slow path, which explains.
 _RUN_CHECK = "\nAND EXISTS (SELECT 1 FROM {run} r0 WHERE r0.id = %s AND r0.agent_id = %s AND r0.status = %s)"
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(*, identifier: bool, companies: int, open_statuses: int, host_run: bool, check_run: bool) -> str:
-    """The claim statement for one shape of request (built once per shape and process)."""
+def _claim_sql(*, identifier: bool, companies: int, open_statuses: int, host_run: bool, check_run: bool,
+               facts: tuple = ()) -> str:
+    """The claim statement for one shape of request (built once per shape and process); ``facts``:
+    the registered claim facts (events.CLAIM_FACTS) as (name, SQL) pairs, returned after the labels."""
     qn = connection.ops.quote_name
     labels = Issue._meta.get_field("labels")
     tables = {"issue": qn(Issue._meta.db_table), "run": qn(HeartbeatRun._meta.db_table),
@@ -86,6 +88,7 @@ def _claim_sql(*, identifier: bool, companies: int, open_statuses: int, host_run
         own_lock="checkout_run_id" if host_run else "checkout_client_run_id",
         live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
         run_check=_RUN_CHECK.format(**tables) if check_run else "",
+        facts="".join(f", ({sql.format(issue=tables['issue'])})" for _, sql in facts),
     )
 
 
@@ -96,8 +99,9 @@ def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, 
     uid = Issue._meta.pk.get_db_prep_value
     identifier = selectors.is_identifier(ref)
     open_statuses = [s for s in expected if s != IssueStatus.IN_PROGRESS]
+    facts = tuple(events.CLAIM_FACTS.items())
     sql = _claim_sql(identifier=identifier, companies=len(company_ids), open_statuses=len(open_statuses),
-                     host_run=run_id is not None, check_run=check_run)
+                     host_run=run_id is not None, check_run=check_run, facts=facts)
     try:
         key = str(ref).upper() if identifier else uid(uuid.UUID(str(ref)), connection)
     except ValueError:
@@ -111,7 +115,10 @@ def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, 
     if check_run:
         params += [run, agent, RunStatus.RUNNING]
     claimed, extras = rows.fetch_one(Issue, sql, params)
-    return _with_labels(claimed, known_empty=not extras[0]) if claimed is not None else None
+    if claimed is None:
+        return None
+    claimed.claim_facts = {name: bool(value) for (name, _), value in zip(facts, extras[1:])}
+    return _with_labels(claimed, known_empty=not extras[0])
 
 
 def _with_labels(issue: Issue, known_empty: bool = False) -> Issue:
