@@ -112,9 +112,10 @@ def context_merged(current: dict, wake_reason: str, comment_ids: list[str], reas
 
 def pending_wakes_apply(run, pending) -> None:
     """Carry wakes not yet folded into ``run`` (in memory, oldest first), as each would have been
-    carried on arrival: ``pending`` holds (reason, context) pairs."""
-    for reason, context in pending:
-        run.context = context_merged(run.context, run.wake_reason, [], reason, context or {})
+    carried on arrival: ``pending`` holds (reason, context, comment_ids) triples."""
+    for reason, context, comment_ids in pending:
+        run.context = context_merged(run.context, run.wake_reason, [str(c) for c in comment_ids or ()], reason,
+                                     context or {})
         if reason:
             run.wake_reason = reason
 

@@ -89,11 +89,12 @@ def run_get(*, actor: Actor, pk) -> HeartbeatRun:
 
 def unfolded_wakes(run_ids) -> dict:
     """The insert-only fast path's wakes no fold has carried into their run yet, per run id, in
-    arrival order: ``{run_id: [(wake_id, reason, context), ...]}`` (one query)."""
+    arrival order: ``{run_id: [(wake_id, reason, context, comment_ids), ...]}`` (one query)."""
     pending: dict = {}
-    for pk, run_id, reason, context in (WakeupRequest.objects.filter(run_id__in=list(run_ids), folded=False)
-                                        .order_by("created_at", "id").values_list("pk", "run_id", "reason", "context")):
-        pending.setdefault(run_id, []).append((pk, reason, context))
+    for pk, run_id, reason, context, comment_ids in (
+            WakeupRequest.objects.filter(run_id__in=list(run_ids), folded=False).order_by("created_at", "id")
+            .values_list("pk", "run_id", "reason", "context", "comment_ids")):
+        pending.setdefault(run_id, []).append((pk, reason, context, comment_ids))
     return pending
 
 
@@ -106,7 +107,7 @@ def runs_with_pending_wakes(runs: list) -> list:
     with_context = {r.pk: r for r in runs if r is not None and "context" not in r.get_deferred_fields()}
     if with_context:
         for run_id, wakes in unfolded_wakes(with_context).items():
-            pending_wakes_apply(with_context[run_id], [(reason, context) for _pk, reason, context in wakes])
+            pending_wakes_apply(with_context[run_id], [wake[1:] for wake in wakes])
     return runs
 
 

@@ -546,6 +546,27 @@ def test_work_cannot_be_assigned_to_a_terminated_agent(w):
     assert_unchanged(before)
 
 
+def test_an_assignee_the_caller_already_read_is_checked_like_an_id(company):
+    """issue_create(assignee_agent=...) (the connector import passes the agent routing read): another
+    company's agent is a 404 and a terminated one a 400, as for assigneeAgentId, and nothing is written."""
+    from issues.exceptions import InvalidInput, NotFound
+    from issues.services.issues import issue_create
+
+    elsewhere = AgentFactory(name="elsewhere-bot")  # another company
+    gone = AgentFactory(company=company, name="retired-bot", status="terminated")
+    before = db_snapshot()
+    with pytest.raises(NotFound) as missing:
+        issue_create(actor=SYSTEM, company=company, title="Routed", assignee_agent=elsewhere)
+    assert "assigneeAgentId" in missing.value.details
+    with pytest.raises(InvalidInput) as terminated:
+        issue_create(actor=SYSTEM, company=company, title="Routed", assignee_agent=gone)
+    assert "terminated" in terminated.value.details["assigneeAgentId"][0]
+    assert_unchanged(before)
+    ready = AgentFactory(company=company, name="ready-bot")
+    issue, _ = issue_create(actor=SYSTEM, company=company, title="Routed", assignee_agent=ready)
+    assert issue.assignee_agent_id == ready.pk
+
+
 def test_create_with_a_bad_reference_creates_nothing_and_uses_no_number(w):
     counter = Company.objects.get(pk=w.company.pk).issue_counter
     before = db_snapshot()

@@ -171,3 +171,29 @@ def test_no_first_commands_before_hello_or_for_an_ended_run():
     [prepare, opened, _turn] = launch.issue_initial_commands(RunnerSession.objects.get(pk=run2.pk))
     assert prepare.envelope["payload"] == {"workspace": "", "observeCredentials": True}
     assert opened.envelope["payload"] == {"reuse": "new_per_run"}
+
+
+@pytest.mark.django_db
+def test_the_first_turn_holds_the_comment_that_woke_the_run():
+    """A comment written while the run waits for its runner wakes it (on PostgreSQL through the
+    insert-only fast path, unfolded); the first turn is built after the fold, so it carries it."""
+    from issues.actors import Actor
+    from issues.models import WakeupRequest
+    from issues.runner.negotiation import runner_hello
+    from issues.services.thread import comment_create
+    from tests.factories import MembershipFactory
+    from tests.runner_helpers import hello_body, runner_run
+
+    agent = AgentFactory(adapter_type="runner", adapter_config={"command": ["r"], "cwd": "/srv/work"})
+    issue = IssueFactory(company=agent.company, assignee_agent=agent, title="Write the changelog", status="todo")
+    run, _key = runner_run(agent=agent, issue=issue)
+    operator = MembershipFactory(company=agent.company, role="operator").user
+    comment = comment_create(actor=Actor(user=operator), issue=issue, body="Mention the new export endpoint, please.")
+    wake = WakeupRequest.objects.get(issue=issue)
+    assert wake.run_id == run.pk and wake.comment_ids == [str(comment.pk)]
+    runner_hello(run=run, body=hello_body(2, 2))
+    turn = RunnerCommand.objects.get(run=run, command_type="turn.start")
+    assert "Mention the new export endpoint" in turn.envelope["payload"]["text"]
+    run.refresh_from_db()
+    assert run.context["commentIds"] == [str(comment.pk)]
+    assert not WakeupRequest.objects.filter(run=run, folded=False).exists()

@@ -391,7 +391,7 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
         actor=SYSTEM, company=instance.company, title=content.render_title(task),
         description=content.render_description(task, label), status=status,
         priority=links.issue_priority(task) or "medium", project_id=instance.project_id, goal_id=instance.goal_id,
-        assignee_agent_id=decision.agent.pk if decision.agent else None, origin_kind=OriginKind.CONNECTOR,
+        assignee_agent=decision.agent, origin_kind=OriginKind.CONNECTOR,  # routing read it in this transaction
         origin_id=content.attribution_key(instance.pk, task.external_id),
         assignment_wake=run_modes.import_may_wake(instance),  # assigned for visibility, never started (§4.2.2)
     )

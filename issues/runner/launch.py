@@ -23,6 +23,7 @@ from django.db import transaction
 from issues import run_context
 from issues.choices import LIVE_RUN_STATUSES
 from issues.models import HeartbeatRun, RunnerCommand, RunnerSession
+from issues.services.wakeups import wakeups_fold_locked
 
 from . import contract
 from .commands import command_issue
@@ -64,6 +65,7 @@ def issue_initial_commands(session: RunnerSession) -> list[RunnerCommand]:
             return []
         if locked.hello_at is None or not locked.protocol_version or locked.controller_seq:
             return []  # no hello yet, or commands were issued already (a re-hello resumes, it does not restart)
+        wakeups_fold_locked(run)  # the first turn's packet holds every wake that joined the run while queued
         issued = []
         for command_type, payload in initial_payloads(run, locked):
             command = command_issue(session=locked, command_type=command_type, payload=payload)

@@ -20,7 +20,7 @@ from issues.choices import (
     WakeSource,
 )
 from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
-from issues.models import Company, Goal, Issue, IssueRelation, Project
+from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
 from issues.selectors import walk_up
 from issues.workspaces.service import new_issue_workspace_fields
 
@@ -96,6 +96,7 @@ def issue_create(
     project_id=None,
     goal_id=None,
     assignee_agent_id=None,
+    assignee_agent: Agent | None = None,
     block_parent_until_done: bool = False,
     origin_kind: str | None = None,
     origin_id: str = "",
@@ -108,7 +109,9 @@ def issue_create(
 ) -> tuple[Issue, ParentAdjustment | None]:
     """``assignment_wake=False`` records the assignee without the ``issue_assigned`` wake. Only the
     connector engine uses it: an issue a tracker routes for visibility (an ``external_observer`` or
-    observer link) or creates after an external reopen must not start work by itself (§4.2.2)."""
+    observer link) or creates after an external reopen must not start work by itself (§4.2.2).
+    ``assignee_agent``: instead of ``assignee_agent_id``, the agent the caller read in this
+    transaction (checked the same way, not read again)."""
     actor.ensure_can_write(company.pk)
     if status == IssueStatus.IN_PROGRESS:
         raise Unprocessable("Issues start work through checkout, not by creation in progress.",
@@ -119,7 +122,7 @@ def issue_create(
         parent, adjustment = (_agent_parent(requested) if actor.is_agent else (requested, None))
         project = company_object(Project, company.pk, project_id, "projectId")
         goal = company_object(Goal, company.pk, goal_id, "goalId")
-        assignee = assignable_agent(company.pk, assignee_agent_id)
+        assignee = assignable_agent(company.pk, assignee_agent_id, loaded=assignee_agent)
         inherit_from = company_object(Issue, company.pk, inherit_workspace_from_id,
                                       "inheritExecutionWorkspaceFromIssueId")
         labels = labels_resolve(company.pk, label_ids) if label_ids else []

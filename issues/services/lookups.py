@@ -13,12 +13,15 @@ def company_object(model, company_id, pk, field: str):
         raise NotFound(f"{model._meta.verbose_name.capitalize()} not found.", details={field: [f"No such {model._meta.verbose_name} in this company."]})
 
 
-def assignable_agent(company_id, pk, field: str = "assigneeAgentId"):
-    """An agent of the company that can take work: a terminated agent never runs again."""
+def assignable_agent(company_id, pk, field: str = "assigneeAgentId", *, loaded=None):
+    """An agent of the company that can take work: a terminated agent never runs again. ``loaded``:
+    the agent as the caller read it in this transaction (checked the same way, not read again)."""
     from issues.choices import AgentStatus
     from issues.models import Agent
 
-    agent = company_object(Agent, company_id, pk, field)
+    if loaded is not None and str(loaded.company_id) != str(company_id):
+        raise NotFound("Agent not found.", details={field: ["No such agent in this company."]})
+    agent = loaded if loaded is not None else company_object(Agent, company_id, pk, field)
     if agent is not None and agent.status == AgentStatus.TERMINATED:
         raise InvalidInput(details={field: [f"Agent '{agent.name}' is terminated and cannot take work."]})
     return agent

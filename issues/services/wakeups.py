@@ -88,9 +88,12 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
     if comment_ids and not comments_checked and Comment.objects.filter(
             pk__in=comment_ids, company_id=agent.company_id).count() != len(comment_ids):
         raise NotFound("Comment not found.", details={"commentIds": ["Every comment must belong to this company."]})
-    if not issue_is_new and not run_fields and not comment_ids and not (
+    # The insert-only fast path, also for the caller's new comments (checked: in this company, none by
+    # this agent, so no own_comment skip); comments named otherwise take the full path, which checks.
+    if not issue_is_new and not run_fields and (comments_checked or not comment_ids) and not (
             source == WakeSource.TIMER and issue is None and not reason):
-        fast = _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context or {})
+        fast = _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context or {}, comment_ids,
+                              own_savepoint=bool(idempotency_key) or not comments_checked)
         if fast is not None:
             return fast
     # The wake of the caller's new issue or new comments needs no savepoint of its own: the caller's
@@ -132,7 +135,8 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
         return WakeupRequest.objects.get(agent=agent, idempotency_key=idempotency_key)
 
 
-def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context) -> WakeupRequest | None:
+def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context, comment_ids=(),
+                   own_savepoint: bool = True) -> WakeupRequest | None:
     """A wake joining the agent's live run in ONE insert-only statement (PostgreSQL): the wake row
     (unfolded) and its activity row, provided there is a live run and the agent and issue would not
     skip it. It locks nothing: a burst of wakes for one run never queues on the run's row, and
@@ -140,6 +144,9 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
     the run starts and ends, by a later wake of the full path, and on the sweep; reads in between
     see them through selectors.runs_with_pending_wakes). None (nothing written) when the wake needs the full
     path: no live run, a skip reason, an idempotency key already used, or not PostgreSQL.
+    ``comment_ids``: the caller's new comments (agent_wakeup's ``comments_checked``), carried into the
+    run's ``commentIds`` by the fold like the reasons. ``own_savepoint=False``: inside the caller's
+    transaction, a failure needs no savepoint of its own (nothing in between recovers from one).
 
     Outside a transaction the statement may commit asynchronously (opt-in
     ``WAKE_COALESCE_ASYNC_COMMIT``, off by default): a crash can then lose the newest ~0.6 s of
@@ -150,7 +157,8 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
     now = timezone.now()
     wake = WakeupRequest(
         company_id=agent.company_id, agent_id=agent.pk, issue=issue, source=source, reason=reason,
-        idempotency_key=idempotency_key or None, comment_ids=[], context=context, status=WakeStatus.COALESCED,
+        idempotency_key=idempotency_key or None, comment_ids=list(comment_ids), context=context,
+        status=WakeStatus.COALESCED,
         requested_by_agent=actor.agent, requested_by_user=actor.user if actor.is_board else None,
         folded=False, created_at=now, updated_at=now,
     )
@@ -168,7 +176,8 @@ def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context
               **_row_params("w", wake, conn), **_row_params("a", audit, conn)}
     sql = _coalesce_sql(issue is not None, asynchronous)
     try:
-        with transaction.atomic(using=conn.alias) if nested else nullcontext(), conn.cursor() as cursor:
+        with transaction.atomic(using=conn.alias) if nested and own_savepoint else nullcontext(), \
+                conn.cursor() as cursor:
             if conn.queries_logged:  # debug/CaptureQueriesContext: through Django's cursor, so it is seen
                 cursor.execute(sql, params)
                 row = cursor.fetchone()
@@ -322,12 +331,20 @@ def wakeups_fold_locked(run: HeartbeatRun) -> int:
     pending = unfolded_wakes([run.pk]).get(run.pk)
     if not pending:
         return 0
-    pending_wakes_apply(run, [(reason, context) for _pk, reason, context in pending])
+    pending_wakes_apply(run, [wake[1:] for wake in pending])
     now = timezone.now()
     HeartbeatRun.objects.filter(pk=run.pk).update(context=run.context, wake_reason=run.wake_reason, updated_at=now)
-    WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED).update(
-        coalesced_count=F("coalesced_count") + len(pending))
-    WakeupRequest.objects.filter(pk__in=[pk for pk, _r, _c in pending]).update(folded=True)
+    primaries = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED)
+    comment_ids = [str(c) for *_rest, ids in pending for c in ids or ()]
+    primary = primaries.order_by("created_at").first() if comment_ids else None
+    if primary is not None:  # as _carry_into: the comments join the primary wake's, in arrival order
+        primary.coalesced_count += len(pending)
+        primary.comment_ids = primary.comment_ids + [c for c in dict.fromkeys(comment_ids)
+                                                     if c not in primary.comment_ids]
+        primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
+    else:
+        primaries.update(coalesced_count=F("coalesced_count") + len(pending))
+    WakeupRequest.objects.filter(pk__in=[wake[0] for wake in pending]).update(folded=True)
     return len(pending)
 
 
