@@ -305,6 +305,27 @@ def test_dedupe_links_an_issue_that_already_references_the_task(web, setup, djan
     assert TaskLink.objects.get().issue == existing
 
 
+def test_dedupe_does_not_take_a_longer_address_for_the_tasks(web, setup, django_capture_on_commit_callbacks):
+    """An issue that mentions task 41 (…/tracker/41) does not reference task 4 (…/tracker/4), though
+    one address starts with the other; a mention followed by punctuation or a fragment still does."""
+    from tests.factories import IssueFactory
+
+    instance, store = setup
+
+    def imported_issue(number):
+        raw = store.add_task(number)
+        deliver(web, instance, store, "task", raw["id"], django_capture_on_commit_callbacks)
+        return TaskLink.objects.get(external_task_id=raw["id"]).issue
+
+    elsewhere = IssueFactory(company=instance.company, description="follow-up of https://tracker.example/acme/tracker/41")
+    four = imported_issue(4)
+    assert four != elsewhere and four.origin_kind == "connector"
+    mentioned = IssueFactory(company=instance.company,
+                             description="Tracked in (https://tracker.example/acme/tracker/5#comment-2).")
+    assert imported_issue(5) == mentioned
+    assert imported_issue(41) == elsewhere
+
+
 def test_routing_pipeline_order_and_validation(web, company, triage, django_capture_on_commit_callbacks):
     qa = AgentFactory(company=company, name="qa-bot")
     coder = AgentFactory(company=company, name="codexcoder")

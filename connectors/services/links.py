@@ -78,6 +78,13 @@ def note(issue: Issue, body: str, *, link: TaskLink | None = None, key: str = ""
                           _locked=True)
 
 
+def reference_pattern(url: str) -> str:
+    """A mention of ``url`` as a whole: not followed by a character that would make it another
+    task's address (``…/issues/1`` is not a mention in ``…/issues/12``, nor ``ENG-1`` in ``ENG-12``).
+    The syntax both PostgreSQL's regular expressions and SQLite's (Python's) read alike."""
+    return re.escape(url) + r"(?![0-9A-Za-z_-])"
+
+
 def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue | None, str]:
     """§6.3 steps 2 and 3 (step 1, an active link, is checked by the caller), in the spec's order:
     our backlink (the issue id marker in the description, then the backlink the provider carries:
@@ -94,7 +101,7 @@ def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue
         return issue, "backlink"
     refs = Q(origin_kind=OriginKind.CONNECTOR, origin_id=content.attribution_key(instance.pk, task.external_id))
     if task.url:
-        refs |= Q(description__contains=task.url)
+        refs |= Q(description__contains=task.url) & Q(description__regex=reference_pattern(task.url))
     issue = Issue.objects.filter(refs, company_id=instance.company_id).exclude(pk__in=active).order_by("created_at").first()
     return (issue, "reference") if issue is not None else (None, "")
 
