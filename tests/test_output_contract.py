@@ -269,6 +269,25 @@ def test_a_final_failed_or_aborted_heartbeat_fails_the_run(company, status):
 
 
 @pytest.mark.django_db
+def test_only_a_final_heartbeat_reports_a_result(company):
+    """A progress heartbeat naming a result field is a 400 naming each field it sent (the check reads
+    what the body named, also when one validating serializer per thread serves every request)."""
+    agent, raw = external_agent(company)
+    run = agent_wakeup(actor=SYSTEM, agent=agent, issue=IssueFactory(company=company, assignee_agent=agent)).run
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}", HTTP_X_PAPERCLIP_RUN_ID=str(run.pk))
+    url = f"/api/runs/{run.pk}/heartbeat"
+    for body, named in (({"summary": "halfway"}, ["summary"]), ({"final": False, "prUrl": PR, "status": "done"},
+                                                                ["prUrl", "status"])):
+        response = client.post(url, body, format="json")
+        assert response.status_code == 400, response.content
+        assert sorted(response.json()["details"]) == named
+    assert client.post(url, {}, format="json").status_code == 200  # the same thread's serializer, a clean call
+    run.refresh_from_db()
+    assert run.status in ("queued", "running")
+
+
+@pytest.mark.django_db
 def test_liveness_in_the_final_heartbeat_wins_over_the_derivation(company):
     agent, raw = external_agent(company)
     run = agent_wakeup(actor=SYSTEM, agent=agent, issue=IssueFactory(company=company, assignee_agent=agent)).run

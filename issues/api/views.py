@@ -25,7 +25,7 @@ from issues.services.agents import ensure_agent
 from issues.services.lookups import company_object
 
 from . import serializers as s
-from .representation import represent
+from .representation import represent, validated
 from .org_serializers import CompanySerializer
 from .agent_serializers import AgentMeSerializer
 from .issue_extra_serializers import IssueUpdateResultSerializer
@@ -43,9 +43,7 @@ LIST_PARAMS = [
 
 
 def parse(serializer_class, request):
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
+    return validated(serializer_class, request.data)
 
 
 def issue_write_result(issue, adjustment, code=status.HTTP_200_OK):
