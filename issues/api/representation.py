@@ -17,21 +17,23 @@ _local = threading.local()
 def represent(serializer_class, instance) -> dict:
     """``serializer_class(instance).data`` for a context-free output serializer, without rebuilding
     its fields on every call."""
-    cache = _local.__dict__.setdefault("serializers", {})
+    return _per_thread("outputs", serializer_class).to_representation(instance)
+
+
+def _per_thread(role: str, serializer_class):
+    """This thread's instance of ``serializer_class`` for ``role`` (fields bound once)."""
+    cache = _local.__dict__.setdefault(role, {})
     serializer = cache.get(serializer_class)
     if serializer is None:
         serializer = cache[serializer_class] = serializer_class()
-    return serializer.to_representation(instance)
+    return serializer
 
 
 def validated(serializer_class, data):
     """What ``serializer_class(data=data)`` validates to, raising the ``ValidationError`` (same
     details) that ``is_valid(raise_exception=True)`` raises, without rebuilding its fields on every
     call. For serializers used without ``context`` (request bodies parsed by the views)."""
-    cache = _local.__dict__.setdefault("inputs", {})
-    serializer = cache.get(serializer_class)
-    if serializer is None:
-        serializer = cache[serializer_class] = serializer_class()
+    serializer = _per_thread("inputs", serializer_class)
     serializer.initial_data = data  # validate() may ask what the body named
     try:
         return serializer.run_validation(data)

@@ -88,18 +88,18 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
     if comment_ids and not comments_checked and Comment.objects.filter(
             pk__in=comment_ids, company_id=agent.company_id).count() != len(comment_ids):
         raise NotFound("Comment not found.", details={"commentIds": ["Every comment must belong to this company."]})
+    # The wake of the caller's new issue or new comments needs no savepoint of its own: the caller's
+    # atomic block encloses it with nothing in between that recovers from a failure, so a failure
+    # rolls back with the issue or comment. Only an idempotency key's insert race is handled here.
+    own_savepoint = bool(idempotency_key) or not (issue_is_new or comments_checked)
     # The insert-only fast path, also for the caller's new comments (checked: in this company, none by
     # this agent, so no own_comment skip); comments named otherwise take the full path, which checks.
     if not issue_is_new and not run_fields and (comments_checked or not comment_ids) and not (
             source == WakeSource.TIMER and issue is None and not reason):
         fast = _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context or {}, comment_ids,
-                              own_savepoint=bool(idempotency_key) or not comments_checked)
+                              own_savepoint=own_savepoint)
         if fast is not None:
             return fast
-    # The wake of the caller's new issue or new comments needs no savepoint of its own: the caller's
-    # atomic block encloses it with nothing in between that recovers from a failure, so a failure
-    # rolls back with the issue or comment. Only an idempotency key's insert race is handled here.
-    own_savepoint = bool(idempotency_key) or not (issue_is_new or comments_checked)
     try:
         with transaction.atomic(savepoint=own_savepoint):
             # For an issue, no agent lock: the live-slot constraint makes a second new run fail (then
@@ -305,15 +305,7 @@ def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context:
     and context to the run, newest first in line: the run starts with (or reads next) the newest
     reason, packet, approval, ... At most one UPDATE of the run row, only when something changed."""
     wakeups_fold_locked(run)  # the fast path's earlier wakes first: reasons stay in arrival order
-    primaries = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED)
-    if not comment_ids:
-        primaries.update(coalesced_count=F("coalesced_count") + 1)  # one statement on the hot path
-    else:
-        primary = primaries.order_by("created_at").first()
-        if primary:
-            primary.coalesced_count += 1
-            primary.comment_ids = primary.comment_ids + [c for c in comment_ids if c not in primary.comment_ids]
-            primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
+    _primary_joined(run, 1, comment_ids)
     merged = context_merged(run.context, run.wake_reason, comment_ids, reason, context)
     changed = ["context"] if merged != run.context else []
     if reason and reason != run.wake_reason:
@@ -322,6 +314,21 @@ def _carry_into(run: HeartbeatRun, comment_ids: list[str], reason: str, context:
     if changed:
         run.context = merged
         run.save(update_fields=[*changed, "updated_at"])
+
+
+def _primary_joined(run: HeartbeatRun, count: int, comment_ids: list[str]):
+    """``count`` more wakes joined ``run``: its primary wake counts them and takes their comment ids
+    (arrival order, once each). One UPDATE; without comment ids, no read either (the hot path)."""
+    primaries = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED)
+    if not comment_ids:
+        primaries.update(coalesced_count=F("coalesced_count") + count)
+        return
+    primary = primaries.order_by("created_at").first()
+    if primary:
+        primary.coalesced_count += count
+        primary.comment_ids = primary.comment_ids + [c for c in dict.fromkeys(comment_ids)
+                                                     if c not in primary.comment_ids]
+        primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
 
 
 def wakeups_fold_locked(run: HeartbeatRun) -> int:
@@ -334,16 +341,7 @@ def wakeups_fold_locked(run: HeartbeatRun) -> int:
     pending_wakes_apply(run, [wake[1:] for wake in pending])
     now = timezone.now()
     HeartbeatRun.objects.filter(pk=run.pk).update(context=run.context, wake_reason=run.wake_reason, updated_at=now)
-    primaries = WakeupRequest.objects.filter(run=run).exclude(status=WakeStatus.COALESCED)
-    comment_ids = [str(c) for *_rest, ids in pending for c in ids or ()]
-    primary = primaries.order_by("created_at").first() if comment_ids else None
-    if primary is not None:  # as _carry_into: the comments join the primary wake's, in arrival order
-        primary.coalesced_count += len(pending)
-        primary.comment_ids = primary.comment_ids + [c for c in dict.fromkeys(comment_ids)
-                                                     if c not in primary.comment_ids]
-        primary.save(update_fields=["coalesced_count", "comment_ids", "updated_at"])
-    else:
-        primaries.update(coalesced_count=F("coalesced_count") + len(pending))
+    _primary_joined(run, len(pending), [str(c) for *_rest, ids in pending for c in ids or ()])
     WakeupRequest.objects.filter(pk__in=[wake[0] for wake in pending]).update(folded=True)
     return len(pending)
 
