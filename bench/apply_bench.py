@@ -14,8 +14,8 @@ and a run, like production imports do, not the triage-fallback path.
   by this process.
 * Apply, one worker process: this process applies a copy of the backlog with exactly the code a
   Celery worker runs (``task_events_process`` per task); events/s and the ratio to the baseline
-  (target >= 0.5). ``--profile`` also prints cProfile's top functions and the statements of one
-  import and one comment event.
+  (target >= 0.5). ``--profile`` also prints cProfile's top functions and the statements of each
+  event of one task.
 * Scaling: a copy of the backlog for 1 worker and another for 2 workers, each applied by real
   Celery workers (``celery -A paperclip worker -c 1 -Q apply_bench``, Redis broker on 127.0.0.1,
   one ``process_task_events`` message per stored event, as intake kicks them). Rate = events over
@@ -251,10 +251,9 @@ def profile_one(instance, args) -> dict:
                 _process_head(instance.pk, task_id)
             sql = [q["sql"] for q in ctx.captured_queries if not q["sql"].upper().startswith(CONTROL)]
             report.setdefault(kind, []).append(len(sql))
-            if len(report[kind]) == 1:
-                print(f"--- {kind}: {len(sql)} statements")
-                for s in sql:
-                    print("   ", s[:220])
+            print(f"--- {kind} #{len(report[kind])}: {len(sql)} statements")
+            for s in sql:
+                print("   ", s[:220])
     prof = cProfile.Profile()
     prof.enable()
     t0 = time.perf_counter()
@@ -265,7 +264,9 @@ def profile_one(instance, args) -> dict:
     wall = time.perf_counter() - t0
     prof.disable()
     out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(45)
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("cumulative").print_stats(45)
+    stats.sort_stats("tottime").print_stats(30)
     print(out.getvalue())
     report["profiled_events"], report["profiled_events_per_s"] = n, n / wall if wall else None
     return report

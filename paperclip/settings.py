@@ -290,6 +290,8 @@ CONNECTORS = {
     # web process, up to KICK_BATCH_SIZE tasks a message (a kick after a quiet spell goes out at once).
     "KICK_BATCH_SIZE": env.int("PAPERCLIP_CONNECTOR_KICK_BATCH_SIZE", default=8),
     "KICK_LINGER_MS": env.float("PAPERCLIP_CONNECTOR_KICK_LINGER_MS", default=10.0),
+    # A worker applies up to this many events of a task's queue in one transaction (1: one event each).
+    "APPLY_BATCH_SIZE": env.int("PAPERCLIP_CONNECTOR_APPLY_BATCH_SIZE", default=8),
     # Workers starting within this many seconds of each other run one restart recovery pass (§13.2).
     "RESTART_RECOVERY_GRACE_SECONDS": env.int("PAPERCLIP_CONNECTOR_RESTART_RECOVERY_GRACE_SECONDS", default=60),
     "SWEEP_BATCH": 500,

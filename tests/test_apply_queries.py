@@ -38,19 +38,34 @@ def test_a_message_for_an_empty_queue_costs_one_statement():
     assert _statements(instance, "no-such-task", 0) == 1
 
 
+def _enqueue(instance, store, raw, kind, tag):
+    if kind == "edit":
+        store.update(raw["id"], title=f"title {tag}", body=f"body {tag}")
+        _queue(instance, store, raw, f"edit-{tag}")
+    else:
+        _queue(instance, store, raw, f"comment-{tag}", comment=store.add_comment(raw["id"], f"c {tag}"))
+
+
 @pytest.mark.parametrize("kind", ["edit", "comment"])
-def test_statements_per_event_are_the_same_for_any_batch(kind):
-    """n events cost n * k + 1 statements (the 1: the claim that finds the queue empty)."""
+def test_statements_per_event_are_the_same_for_any_batch(kind, settings):
+    """Events applied one per transaction cost k + 2 statements each (the claim, the apply's k, the
+    event's row) plus 1 (the claim that finds the queue empty). In runs of up to APPLY_BATCH_SIZE,
+    a run costs its events' k each plus 2 (one claim, one update of the events' rows)."""
     instance, store, raw = _world()
-    totals = {}
+    settings.CONNECTORS = {**settings.CONNECTORS, "APPLY_BATCH_SIZE": 1}
+    alone = {}
     for n in (3, 6):
         for i in range(n):
-            if kind == "edit":
-                store.update(raw["id"], title=f"title {n}.{i}", body=f"body {n}.{i}")
-                _queue(instance, store, raw, f"edit-{n}-{i}")
-            else:
-                _queue(instance, store, raw, f"comment-{n}-{i}", comment=store.add_comment(raw["id"], f"c {n}.{i}"))
-        totals[n] = _statements(instance, raw["id"], n)
-    per_event = (totals[3] - 1) / 3
-    assert per_event == int(per_event) and totals[6] == 6 * per_event + 1, totals
-    assert InboundEvent.objects.filter(instance=instance, status="applied").count() == 10
+            _enqueue(instance, store, raw, kind, f"alone {n}.{i}")
+        alone[n] = _statements(instance, raw["id"], n)
+    k = (alone[3] - 1) / 3 - 2
+    assert k == int(k) and alone[6] == 6 * (k + 2) + 1, alone
+
+    settings.CONNECTORS = {**settings.CONNECTORS, "APPLY_BATCH_SIZE": 4}
+    batched = {}
+    for n in (3, 4, 9):  # one run; one full run; runs of 4, 4 and 1
+        for i in range(n):
+            _enqueue(instance, store, raw, kind, f"batched {n}.{i}")
+        batched[n] = _statements(instance, raw["id"], n)
+    assert batched == {n: n * k + 2 * -(-n // 4) + 1 for n in (3, 4, 9)}, (k, batched)
+    assert InboundEvent.objects.filter(instance=instance, status="applied").count() == 1 + 9 + 16

@@ -41,7 +41,7 @@ from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 from paperclip.core import rows
 
-from . import audit, codec, commands as command_service, content, field_merge, links, readback, routing, symphony
+from . import audit, codec, commands as command_service, content, field_merge, links, logctx, readback, routing, symphony
 from . import routing_conflicts
 from . import close_reopen, export_marks, run_modes
 from .common import (
@@ -59,8 +59,11 @@ ACTIVE_ISSUE_STATUSES = (IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueSt
 
 
 class Outcome:
-    def __init__(self, status: str, text: str):
-        self.status, self.text = status, text
+    """What applying an event did. ``numbered``: it created an issue, taking the company's issue
+    counter, a row lock every import of the company waits for until the apply commits."""
+
+    def __init__(self, status: str, text: str, *, numbered: bool = False):
+        self.status, self.text, self.numbered = status, text, numbered
 
 
 def applied(text):
@@ -139,14 +142,21 @@ def task_events_process(*, instance_id, external_task_id: str, limit: int = 200)
     Workers take disjoint tasks: the head of a task's queue is claimed with SKIP LOCKED, so a worker
     that finds it held leaves the task to its holder (at once, one statement) and its message is done;
     nothing else is locked across tasks (on SQLite writes are serialised instead, which keeps the same
-    order). A message for a task whose queue is empty or held costs that one statement."""
+    order). A message for a task whose queue is empty or held costs that one statement.
+
+    Up to ``APPLY_BATCH_SIZE`` events at the head are applied in one transaction (see
+    :func:`_process_run`)."""
     counts = {"applied": 0, "dropped": 0, "failed": 0, "parked": 0}
-    for _ in range(limit):
-        result = _process_head(instance_id, external_task_id)
-        if result is None:
+    size = max(int(conf("APPLY_BATCH_SIZE")), 1)
+    done = 0
+    while done < limit:
+        results = _process_run(instance_id, external_task_id, min(size, limit - done))
+        if not results:
             break
-        counts[result] += 1
-        if result == "failed":
+        done += len(results)
+        for result in results:
+            counts[result] += 1
+        if results[-1] == "failed":
             head = (InboundEvent.objects.filter(instance_id=instance_id, external_task_id=external_task_id,
                                                 status__in=UNFINISHED_EVENT_STATUSES)
                     .order_by("id").values_list("next_attempt_at", flat=True).first())
@@ -175,42 +185,168 @@ def _lock_clause(*aliases, skip_locked=False) -> str:
 
 
 @lru_cache(maxsize=1)
-def _claim_head_sql() -> str:
+def _claim_sql() -> str:
     qn = connection.ops.quote_name
     events, instances = qn(InboundEvent._meta.db_table), qn(ConnectorInstance._meta.db_table)
     unfinished = ", ".join(["%s"] * len(UNFINISHED_EVENT_STATUSES))
-    return (f"SELECT {rows.select_list(InboundEvent, 'e', _HEAD_DEFERRED)}, {rows.select_list(ConnectorInstance, 'i')}, "
-            f"{rows.select_list(Company, 'c')} FROM {events} e "
-            f"JOIN {instances} i ON i.id = e.instance_id JOIN {qn(Company._meta.db_table)} c ON c.id = i.company_id "
-            f"WHERE e.id = (SELECT h.id FROM {events} h WHERE h.instance_id = %s AND h.external_task_id = %s "
-            f"AND h.status IN ({unfinished}) ORDER BY h.id LIMIT 1)" + _lock_clause("e", skip_locked=True))
+    return (f"WITH q AS (SELECT h.id, ROW_NUMBER() OVER (ORDER BY h.id) AS n FROM {events} h "
+            f"WHERE h.instance_id = %s AND h.external_task_id = %s AND h.status IN ({unfinished}) "
+            f"ORDER BY h.id LIMIT %s) "
+            f"SELECT q.n, {rows.select_list(InboundEvent, 'e', _HEAD_DEFERRED)}, "
+            f"{rows.select_list(ConnectorInstance, 'i')}, {rows.select_list(Company, 'c')} FROM {events} e "
+            f"JOIN q ON q.id = e.id JOIN {instances} i ON i.id = e.instance_id "
+            f"JOIN {qn(Company._meta.db_table)} c ON c.id = i.company_id ORDER BY e.id"
+            + _lock_clause("e", skip_locked=True))
 
 
-def _claim_head(instance_id, external_task_id: str) -> InboundEvent | None:
-    """One statement finds and locks exactly the head of the task's queue, and reads its instance and
-    company with it (fresh for every event: a pause is seen before the next one). Only the event row is
-    locked (``OF e``): locking the instance would serialise every worker of the instance. Built once
-    (every applied event starts here)."""
-    row = rows.fetch_row(_claim_head_sql(), [rows.pk_value(ConnectorInstance, instance_id), external_task_id,
-                                             *UNFINISHED_EVENT_STATUSES])
-    if row is None:
-        return None
-    event, instance, company = rows.split(row, (InboundEvent, _HEAD_DEFERRED), ConnectorInstance, Company)
-    ConnectorInstance.company.field.set_cached_value(instance, company)
-    InboundEvent.instance.field.set_cached_value(event, instance)
-    return event
+def _claim(instance_id, external_task_id: str, size: int) -> list[InboundEvent]:
+    """One statement finds and locks the first ``size`` events of the task's queue, and reads their
+    instance and company with them (fresh for every claim: a pause is seen before the next one). Only
+    event rows are locked (``OF e``): locking the instance would serialise every worker of the
+    instance. Built once (every applied event starts here).
+
+    Whoever holds the head owns the queue. A claim keeps the unbroken run of unfinished events from
+    the head (``n`` = 1, 2, …): a row another claim locked first is skipped, and the events after it
+    are not this claim's; a head that another worker finished meanwhile is re-read finished and
+    ends the run at once. Only the head may be a failed event awaiting its retry."""
+    params = [rows.pk_value(ConnectorInstance, instance_id), external_task_id, *UNFINISHED_EVENT_STATUSES, size]
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_sql(), params)
+        found = cursor.fetchall()
+    events, instance = [], None
+    for row in found:
+        if row[0] != len(events) + 1:
+            break
+        if instance is None:  # (the same instance on every row: read once)
+            event, instance, company = rows.split(row[1:], (InboundEvent, _HEAD_DEFERRED), ConnectorInstance,
+                                                  Company)
+            ConnectorInstance.company.field.set_cached_value(instance, company)
+        else:
+            event, = rows.split(row[1:], (InboundEvent, _HEAD_DEFERRED))
+        if event.status not in UNFINISHED_EVENT_STATUSES or (events and event.status != EventStatus.PENDING):
+            break
+        InboundEvent.instance.field.set_cached_value(event, instance)
+        events.append(event)
+    return events
+
+
+_MARKED = ["status", "outcome", "attempts", "last_attempt_at", "applied_at", "next_attempt_at", "error_category",
+           "error_message"]
+
+
+def _mark(event: InboundEvent, outcome: Outcome) -> str:
+    event.status = outcome.status
+    event.outcome = outcome.text[:300]
+    event.attempts += 1
+    event.last_attempt_at = event.applied_at = timezone.now()
+    event.next_attempt_at = None
+    event.error_category, event.error_message = "", ""
+    return "applied" if outcome.status == EventStatus.APPLIED else "dropped"
+
+
+@lru_cache(maxsize=1)
+def _save_marks_sql() -> str:
+    qn = connection.ops.quote_name
+    return (f"UPDATE {qn(InboundEvent._meta.db_table)} SET "
+            + ", ".join(f"{qn(InboundEvent._meta.get_field(name).column)} = %s" for name in _MARKED)
+            + f" WHERE {qn(InboundEvent._meta.pk.column)} = %s")
+
+
+def _save_marks(events: list[InboundEvent]):
+    """The events' :func:`_mark` fields, one statement sent for all (psycopg pipelines executemany)."""
+    fields = [InboundEvent._meta.get_field(name) for name in _MARKED]
+    params = [[f.get_db_prep_save(getattr(e, f.attname), connection) for f in fields] + [e.pk] for e in events]
+    with connection.cursor() as cursor:
+        cursor.executemany(_save_marks_sql(), params)
+
+
+def _process_run(instance_id, external_task_id: str, size: int) -> list[str]:
+    """Apply up to ``size`` events from the head of the task's queue in one transaction: one claim,
+    one commit and one update of the events' rows for the run instead of one of each per event. A
+    run ends after an event that created an issue (it holds the company's issue counter, which
+    every import of the company waits for). Log lines of the run are emitted once it has committed.
+
+    If an event of the run fails, the run rolls back; the events before it are applied again one per
+    transaction (:func:`_process_head`), and the failure is recorded on the event that failed, as if
+    it had been applied alone (it is not applied a second time).
+
+    Returns the outcome of each event processed, in order (empty: nothing to do)."""
+    if size == 1:
+        result = _process_head(instance_id, external_task_id)
+        return [result] if result else []
+    run = _Run()
+    try:
+        with logctx.held() as lines:
+            results = _apply_run(instance_id, external_task_id, size, run, lines)
+    except Exception as exc:  # noqa: BLE001 — redone below: the failure is recorded where it happened
+        if not run.claimed:
+            raise
+        return _redo(instance_id, external_task_id, run, exc, lines)
+    if results is None:  # the head is a retry: it goes alone, with its failure accounting
+        return _process_run(instance_id, external_task_id, 1)
+    return results
+
+
+class _Run:
+    def __init__(self):
+        self.claimed: list[InboundEvent] = []
+        self.failed_at: int | None = None  # the index of the event whose apply raised
+
+
+def _apply_run(instance_id, external_task_id: str, size: int, run: _Run, lines: logctx.Held) -> list[str] | None:
+    """:func:`_process_run`'s transaction; None when the head is a failed event (retried alone)."""
+    with transaction.atomic():
+        events = _claim(instance_id, external_task_id, size)
+        if not events or events[0].instance.status == InstanceStatus.PAUSED:
+            return []
+        if events[0].status == EventStatus.FAILED:
+            return None
+        run.claimed = events
+        instance, results = events[0].instance, []
+        for index, event in enumerate(events):
+            run.failed_at = index
+            lines.mark()  # a failing event's lines stand (it is not applied again); the others' are redone
+            outcome = event_apply(instance=instance, event=event)
+            run.failed_at = None
+            results.append(_mark(event, outcome))
+            if outcome.numbered:
+                break
+        _save_marks(events[:len(results)])
+    return results
+
+
+def _redo(instance_id, external_task_id: str, run: _Run, exc: Exception, lines: logctx.Held) -> list[str]:
+    """After a run rolled back: its events before the one that failed, one per transaction, then the
+    failure recorded on that one (with its log lines). Stops where another worker took the queue over
+    meanwhile."""
+    before = len(run.claimed) if run.failed_at is None else run.failed_at
+    results = []
+    for _ in range(before):
+        result = _process_head(instance_id, external_task_id)
+        if result is None:
+            return results
+        results.append(result)
+        if result == "failed":
+            return results
+    if run.failed_at is not None:
+        failing = run.claimed[run.failed_at]
+        lines.emit(lines.kept)
+        results.append(_record_failure(failing.instance, failing.pk, exc))
+    return results
 
 
 def _process_head(instance_id, external_task_id: str) -> str | None:
+    """One event (the head) in its own transaction; a failure is recorded on it."""
     now = timezone.now()
     event_id = instance = None
     try:
         with transaction.atomic():
             # If another worker holds the head, that worker owns this task's queue now (SKIP LOCKED
             # returns nothing); a head it finished meanwhile is re-read finished.
-            event = _claim_head(instance_id, external_task_id)
-            if event is None or event.status not in UNFINISHED_EVENT_STATUSES:
+            claimed = _claim(instance_id, external_task_id, 1)
+            if not claimed:
                 return None
+            event = claimed[0]
             instance = event.instance
             if instance.status == InstanceStatus.PAUSED:
                 return None
@@ -218,15 +354,9 @@ def _process_head(instance_id, external_task_id: str) -> str | None:
                 return None  # the head waits for its retry; later events keep their order behind it
             event_id = event.pk
             outcome = event_apply(instance=instance, event=event)
-            event.status = outcome.status
-            event.outcome = outcome.text[:300]
-            event.attempts += 1
-            event.last_attempt_at = event.applied_at = timezone.now()
-            event.next_attempt_at = None
-            event.error_category, event.error_message = "", ""
-            event.save(update_fields=["status", "outcome", "attempts", "last_attempt_at", "applied_at",
-                                      "next_attempt_at", "error_category", "error_message"])
-        return "applied" if outcome.status == EventStatus.APPLIED else "dropped"
+            result = _mark(event, outcome)
+            event.save(update_fields=_MARKED)
+        return result
     except Exception as exc:  # any failure: retry with backoff, park after the bounded count
         if event_id is None:
             raise
@@ -408,7 +538,7 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
         # Imported already active (§15.3): a tracker-driven cycle like any task that becomes active; its
         # wake coalesces into the assignment run issue_create queued, which then carries the packet.
         symphony.connector_wake(link=link, issue=issue, key=key, task=task)
-    return applied(f"imported as {issue.identifier}")
+    return Outcome(EventStatus.APPLIED, f"imported as {issue.identifier}", numbered=True)
 
 
 def _audit(link: TaskLink, action: str, key: str, details: dict):
@@ -506,7 +636,8 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
 
     if changes:
         issue, _, _ = issue_update(actor=SYSTEM, issue=issue, changes=changes,
-                                   assignment_wake=run_modes.connector_may_wake(link))
+                                   assignment_wake=run_modes.connector_may_wake(link),
+                                   _locked=issue.pk == issue_before)  # (read and locked with the link)
         link.issue = issue
     for body in notes:
         links.note(issue, body, link=link, key=key, kind="state")
@@ -726,8 +857,7 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
     """§7.3 / §15.2: commands first, then the attributed, sanitized, untrusted comment."""
     if link.sync_mode in (SyncMode.DISABLED, SyncMode.EXPORT_ONLY):
         return dropped(f"link sync mode {link.sync_mode}")
-    record = ExternalCommentLink.objects.filter(instance=instance,
-                                                external_comment_id=comment.external_comment_id).first()
+    record = _comment_record(instance, comment.external_comment_id)
     cmds = command_service.parse_commands(comment.body)
     if run_modes.is_observer(link) and (record is not None or not cmds):
         return dropped("observer link: comments are not imported or edited")  # commands: command_exec
@@ -767,12 +897,26 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
         # Recorded as external; only the wake is withheld (wakeOnExternalComment off).
         Comment.objects.filter(pk=created.pk).update(author_type=AuthorType.EXTERNAL)
         created.author_type = AuthorType.EXTERNAL
-    ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
-                                       comment=created, external_updated_at=comment.updated_at,
-                                       content_digest=content.body_digest(comment.body))
-    TaskLink.objects.filter(pk=link.pk).update(last_inbound_at=timezone.now())
+    rows.insert(ExternalCommentLink(instance=instance, link=link, external_comment_id=comment.external_comment_id,
+                                    comment=created, external_updated_at=comment.updated_at,
+                                    content_digest=content.body_digest(comment.body)))
+    link.last_inbound_at = timezone.now()
+    rows.update_fields(link, ["last_inbound_at"])
     link_first_sync_ok(link, key)
     return applied(f"comment imported on {issue.identifier}" + ("" if wake else " (no wake)"))
+
+
+@lru_cache(maxsize=1)
+def _comment_record_sql() -> str:
+    return (f"SELECT {rows.select_list(ExternalCommentLink, 'r')} FROM "
+            f"{connection.ops.quote_name(ExternalCommentLink._meta.db_table)} r "
+            f"WHERE r.instance_id = %s AND r.external_comment_id = %s")  # (one: a constraint)
+
+
+def _comment_record(instance, external_comment_id: str) -> ExternalCommentLink | None:
+    """The tracker comment's record, if it was seen before (read for every comment event)."""
+    return rows.fetch_one(ExternalCommentLink, _comment_record_sql(),
+                          [rows.pk_value(ConnectorInstance, instance.pk), external_comment_id])[0]
 
 
 def _comment_body(link: TaskLink, comment: ExternalComment) -> str:

@@ -20,6 +20,7 @@ log = logging.getLogger("connectors.engine")
 KEYS = ("connectorInstanceId", "providerKey", "linkId", "externalTaskId", "externalKey", "issueId", "eventKind",
         "idempotencyKey", "outcome")
 _TRACE: ContextVar[dict | None] = ContextVar("connector_log_trace", default=None)
+_HELD: ContextVar[list | None] = ContextVar("connector_log_held", default=None)
 
 
 @contextmanager
@@ -38,6 +39,39 @@ def trace_add(**fields) -> None:
     current = _TRACE.get()
     if current is not None:
         current.update({k: v for k, v in fields.items() if v is not None})
+
+
+class Held:
+    """The lines of a :func:`held` block; :meth:`mark` starts the part that stands even if the block
+    raises (``kept``, for the caller to :meth:`emit` when it has redone the rest)."""
+
+    def __init__(self):
+        self.lines, self.start, self.kept = [], 0, []
+
+    def mark(self):
+        self.start = len(self.lines)
+
+    def emit(self, lines):
+        for args, kwargs in lines:
+            log.log(*args, **kwargs)
+
+
+@contextmanager
+def held():
+    """Lines logged inside the block are emitted when it ends normally. When it raises, none is: those
+    since the last ``mark()`` are left in ``kept``. Around a transaction whose work may be rolled back
+    and redone (the redo logs it again), except for the step that failed, which is not redone: the
+    caller emits its lines after the redo, in order."""
+    block = Held()
+    token = _HELD.set(block.lines)
+    try:
+        yield block
+    except BaseException:
+        _HELD.reset(token)
+        block.kept = block.lines[block.start:]
+        raise
+    _HELD.reset(token)
+    block.emit(block.lines)
 
 
 def link_fields(link) -> dict:
@@ -66,7 +100,12 @@ def engine_log(level: int, what: str, *, outcome: str, instance=None, link=None,
     """Log one engine line with the §12.1 keys; returns them (tests, callers that want them)."""
     fields = fields_of(instance=instance, link=link, event=event, outcome=outcome, **given)
     text = " ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items())
-    log.log(level, "%s %s", what, text, extra={**{k: fields[k] for k in KEYS}, "connector": fields})
+    args, kwargs = (level, "%s %s", what, text), {"extra": {**{k: fields[k] for k in KEYS}, "connector": fields}}
+    lines = _HELD.get()
+    if lines is None:
+        log.log(*args, **kwargs)
+    else:
+        lines.append((args, kwargs))
     return fields
 
 

@@ -284,11 +284,27 @@ def _check_comment_flags(actor: Actor, comment, reopen: bool, interrupt: bool):
         raise Forbidden(INTERRUPT_BOARD_ONLY, code="board_only")
 
 
+_ISSUE_COLUMNS = tuple(f.attname for f in Issue._meta.concrete_fields if not f.primary_key)
+
+
+def _row_values(issue: Issue) -> tuple:
+    return tuple(getattr(issue, name) for name in _ISSUE_COLUMNS)
+
+
+def _changed_fields(issue: Issue, before: tuple) -> list[str]:
+    """The columns an update changed (and ``updated_at``): the UPDATE names only them."""
+    changed = {name for name, old in zip(_ISSUE_COLUMNS, before) if getattr(issue, name) != old}
+    return sorted(changed | {"updated_at"})
+
+
 def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | None = None, reopen: bool = False,
-                 interrupt: bool = False, assignment_wake: bool = True):
+                 interrupt: bool = False, assignment_wake: bool = True, _locked: bool = False):
     """Apply a PATCH. Returns (issue, parent_adjustment, comment).
 
     ``assignment_wake=False``: a reassignment does not wake the new assignee (see issue_create).
+
+    ``_locked``: the caller read ``issue`` with its row lock in its own transaction, which any error
+    rolls back (the connector engine's apply): no second read of the row, no savepoints of its own.
 
     With a comment (upstream): ``reopen`` moves a done or cancelled issue back to todo (unless the
     PATCH sets a status) and the assignee wakes ``issue_reopened_via_comment``; ``interrupt`` (board
@@ -301,10 +317,14 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
         raise InvalidInput(details={name: ["Unknown field."] for name in unknown})
     _check_comment_flags(actor, comment, reopen, interrupt)
     actor.ensure_can_write(issue.company_id)
-    with transaction.atomic():
+    if _locked and (interrupt or not transaction.get_connection().in_atomic_block):
+        raise ValueError("_locked: the caller's transaction holds the issue (an interrupt locks runs first)")
+    with transaction.atomic(savepoint=not _locked):
         # Runs are locked before the issue row, in the order run_finish takes them.
         interrupted = issue_run_stop(actor=actor, issue=issue) if interrupt else []
-        issue = Issue.objects.select_for_update(of=("self",)).select_related("parent").get(pk=issue.pk)
+        if not _locked:
+            issue = Issue.objects.select_for_update(of=("self",)).select_related("parent").get(pk=issue.pk)
+        before = _row_values(issue)
         reopened_from = None
         if reopen and "status" not in changes and issue.status in CLOSED_STATUSES:
             reopened_from = issue.status
@@ -388,8 +408,8 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
         created_comment = None
         if diff:
             try:
-                with transaction.atomic():
-                    issue.save()
+                with transaction.atomic(savepoint=not _locked):
+                    issue.save(update_fields=_changed_fields(issue, before))
             except IntegrityError as exc:
                 raise Unprocessable("The change violates an issue invariant.", code="invariant_violation",
                                     details={"non_field_errors": [str(exc).splitlines()[0]]})

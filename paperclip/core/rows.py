@@ -152,3 +152,26 @@ def insert(obj, *, using: str = DEFAULT_DB_ALIAS, skip_conflicts: bool = False):
         setattr(obj, model._meta.pk.attname, row[0])
     obj._state.adding, obj._state.db = False, using
     return obj
+
+
+@lru_cache(maxsize=None)
+def _update_sql(model, alias: str, names: tuple) -> tuple:
+    connection = connections[alias]
+    qn = connection.ops.quote_name
+    fields = tuple(model._meta.get_field(name) for name in names)
+    sql = (f"UPDATE {qn(model._meta.db_table)} SET {', '.join(f'{qn(f.column)} = %s' for f in fields)} "
+           f"WHERE {qn(model._meta.pk.column)} = %s")
+    return sql, fields
+
+
+def update_fields(obj, names, *, using: str = DEFAULT_DB_ALIAS) -> int:
+    """``obj.save(update_fields=names)`` for a saved row, from a statement built once (values as set on
+    ``obj``, ``get_db_prep_save`` applied; no ``pre_save``, so an ``auto_now`` field is not bumped
+    unless named and set; no signals). Returns the rows updated."""
+    connection = connections[using]
+    sql, fields = _update_sql(type(obj), using, tuple(names))
+    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    params.append(type(obj)._meta.pk.get_db_prep_value(obj.pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount

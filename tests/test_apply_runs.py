@@ -1,0 +1,126 @@
+"""A worker applies the head of a task's queue in runs of up to APPLY_BATCH_SIZE events per
+transaction. What a user relies on stays as with one event per transaction: a failing event counts
+one attempt and is retried on its own, with nothing of it or of the events before it half-applied or
+applied twice,
+the events behind it wait in order, each outcome is logged once, and an import (which holds the
+company's issue counter) commits before the rest of its task's queue is applied."""
+import logging
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from connectors.choices import EventStatus
+from connectors.models import InboundEvent, TaskLink
+from connectors.services import inbound
+from issues.models import ActivityLog, Comment
+from tests.connector_factories import make_instance
+from tests.factories import AgentFactory, CompanyFactory
+from tests.test_connectors_queries import _queue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _imported():
+    company = CompanyFactory()
+    agent = AgentFactory(company=company, name="worker")
+    instance, store = make_instance(company, rules=[{"kind": "default_route", "agentId": agent.pk}])
+    raw = store.add_task(1, state="doing", labels=["x"])
+    _queue(instance, store, raw, "import")
+    assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 1
+    return instance, store, raw
+
+
+def _edit(instance, store, raw, title):
+    store.update(raw["id"], title=title)
+    _queue(instance, store, raw, f"edit-{title}")
+
+
+def _claims(ctx) -> int:
+    return sum(1 for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith("WITH Q AS"))
+
+
+def test_a_failure_inside_a_run_is_recorded_on_its_event_after_the_events_before_it(monkeypatch, caplog):
+    instance, store, raw = _imported()
+    for title in ("one", "two", "poison", "four"):
+        _edit(instance, store, raw, title)
+    real = inbound.link_apply_task
+    calls = []
+
+    def poisoned(**kw):
+        calls.append(kw["task"].title)
+        if kw["task"].title == "poison":
+            raise RuntimeError("cannot apply this one")
+        return real(**kw)
+
+    monkeypatch.setattr(inbound, "link_apply_task", poisoned)
+    caplog.set_level(logging.INFO, logger="connectors.engine")
+    counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
+
+    assert counts == {"applied": 2, "dropped": 0, "failed": 1, "parked": 0}
+    # The run (one, two, poison) rolled back; one and two were redone one event per transaction, and
+    # the failure was recorded on poison without applying it again (one attempt, one apply).
+    assert calls == ["one", "two", "poison", "one", "two"]
+    events = {e.idempotency_key.split("-", 1)[1]: e for e in InboundEvent.objects.filter(
+        instance=instance, idempotency_key__startswith="edit-")}
+    assert [(events[t].status, events[t].attempts) for t in ("one", "two", "poison", "four")] == [
+        ("applied", 1), ("applied", 1), ("failed", 1), ("pending", 0)]
+    assert events["poison"].error_message and events["poison"].next_attempt_at is not None
+    link = TaskLink.objects.select_related("issue").get(instance=instance)
+    assert link.issue.title == "two"
+    # Each applied edit wrote its audit row once, not once per attempt of its run.
+    updates = ActivityLog.objects.filter(action="issue.updated", entity_id=str(link.issue_id))
+    assert updates.count() == 2
+    # One log line per outcome: the rolled-back run logged nothing.
+    lines = [(r.idempotencyKey, str(r.outcome)) for r in caplog.records if r.name == "connectors.engine"
+             and r.idempotencyKey and r.idempotencyKey.startswith("edit-")]
+    assert lines == [("edit-one", "applied"), ("edit-two", "applied"), ("edit-poison", "failed"),
+                     ("edit-poison", "error:apply_failed")]
+
+
+def test_a_run_applies_its_events_in_order_with_one_claim(settings):
+    instance, store, raw = _imported()
+    for n in range(5):
+        _edit(instance, store, raw, f"v{n}")
+        _queue(instance, store, raw, f"comment-{n}", comment=store.add_comment(raw["id"], f"comment {n}"))
+    settings.CONNECTORS = {**settings.CONNECTORS, "APPLY_BATCH_SIZE": 4}
+    with CaptureQueriesContext(connection) as ctx:
+        counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
+    assert counts["applied"] == 10
+    assert _claims(ctx) == 4  # runs of 4, 4 and 2, then the claim that finds the queue empty
+    events = list(InboundEvent.objects.filter(instance=instance).order_by("id"))
+    assert all(e.status == EventStatus.APPLIED and e.attempts == 1 for e in events)
+    applied_at = [e.applied_at for e in events]
+    assert applied_at == sorted(applied_at) and len(set(applied_at)) == len(applied_at)
+    link = TaskLink.objects.select_related("issue").get(instance=instance)
+    assert link.issue.title == "v4"
+    assert [c.body.rsplit("\n", 1)[-1] for c in Comment.objects.filter(issue=link.issue).order_by("created_at")] == [
+        f"comment {n}" for n in range(5)]
+
+
+def test_an_import_commits_before_the_rest_of_its_tasks_queue():
+    """The import took the company's issue counter: holding it through the task's other events
+    would make every other import of the company wait for them."""
+    company = CompanyFactory()
+    agent = AgentFactory(company=company, name="worker")
+    instance, store = make_instance(company, rules=[{"kind": "default_route", "agentId": agent.pk}])
+    raw = store.add_task(1, state="doing", labels=["x"])
+    _queue(instance, store, raw, "import")
+    _edit(instance, store, raw, "edited")
+    _queue(instance, store, raw, "comment", comment=store.add_comment(raw["id"], "hello"))
+    with CaptureQueriesContext(connection) as ctx:
+        counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
+    assert counts["applied"] == 3
+    assert _claims(ctx) == 3  # the import alone, the edit and the comment, the empty queue
+    assert not InboundEvent.objects.exclude(status=EventStatus.APPLIED).exists()
+
+
+def test_a_paused_instance_applies_nothing_of_a_run(settings):
+    instance, store, raw = _imported()
+    for title in ("one", "two"):
+        _edit(instance, store, raw, title)
+    instance.status = "paused"
+    instance.save(update_fields=["status"])
+    assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"]) == {
+        "applied": 0, "dropped": 0, "failed": 0, "parked": 0}
+    assert InboundEvent.objects.filter(instance=instance, status=EventStatus.PENDING).count() == 2
