@@ -17,8 +17,10 @@ and a run, like production imports do, not the triage-fallback path.
   (target >= 0.5). ``--profile`` also prints cProfile's top functions and the statements of each
   event of one task.
 * Scaling: a copy of the backlog for 1 worker and another for 2 workers, each applied by real
-  Celery workers (``celery -A paperclip worker -c 1 -Q apply_bench``, Redis broker on 127.0.0.1,
-  one ``process_task_events`` message per stored event, as intake kicks them). Rate = events over
+  Celery workers (``celery -A paperclip worker -c 1 -Q apply_bench``, Redis broker on 127.0.0.1),
+  kicked as intake's Kicker kicks a burst: one ``process_task_events_many`` message per
+  ``--kick-batch`` stored events (default ``PAPERCLIP_CONNECTOR_KICK_BATCH_SIZE``, 8), naming their
+  tasks; ``--kick-batch 1`` sends one ``process_task_events`` message per event. Rate = events over
   the window between the first and the last ``applied_at`` (worker start-up is not counted).
   Ratio 2 workers / 1 worker (target >= 1.6). Then every event is checked: applied exactly once
   (attempts = 1, one issue and one link per task, one comment per comment event) and in its task's
@@ -273,17 +275,27 @@ def profile_one(instance, args) -> dict:
 
 
 # ------------------------------------------------------------------------------- Celery workers
-def publish(instance) -> int:
-    """One process_task_events message per stored event, in arrival order (what intake kicks)."""
+def publish(instance, kick_batch: int) -> int:
+    """The kicks of the stored events, in arrival order, as intake's Kicker sends them under a burst:
+    one ``process_task_events_many`` message per ``kick_batch`` events, naming their tasks (each once).
+    ``kick_batch`` 1: one ``process_task_events`` message per event (every kick alone). Returns the
+    messages sent."""
     from connectors import tasks
     from connectors.models import InboundEvent
 
-    pairs = list(InboundEvent.objects.filter(instance=instance).exclude(external_task_id="").order_by("id")
-                 .values_list("external_task_id", flat=True))
+    task_ids = list(InboundEvent.objects.filter(instance=instance).exclude(external_task_id="").order_by("id")
+                    .values_list("external_task_id", flat=True))
+    sent = 0
     with tasks.process_task_events.app.producer_or_acquire() as producer:
-        for task_id in pairs:
-            tasks.process_task_events.apply_async((str(instance.pk), task_id), queue=QUEUE, producer=producer)
-    return len(pairs)
+        for start in range(0, len(task_ids), kick_batch):
+            chunk = list(dict.fromkeys(task_ids[start:start + kick_batch]))
+            if kick_batch == 1:
+                tasks.process_task_events.apply_async((str(instance.pk), chunk[0]), queue=QUEUE, producer=producer)
+            else:
+                tasks.process_task_events_many.apply_async(([[str(instance.pk), t] for t in chunk],), queue=QUEUE,
+                                                           producer=producer)
+            sent += 1
+    return sent
 
 
 def worker_log(tag: str, i) -> Path:
@@ -334,7 +346,7 @@ def apply_celery(instance, workers: int, args) -> dict:
     redis_empty(args.redis_db)
     events = InboundEvent.objects.filter(instance=instance)
     total = events.count()
-    published = publish(instance)
+    published = publish(instance, args.kick_batch)
     procs = start_workers(workers, str(workers), args)
     deadline = time.monotonic() + args.phase_timeout
     samples, waits, cpu = 0, {}, float("nan")
@@ -426,6 +438,9 @@ def main(argv=None):
     parser.add_argument("--worker-conn-max-age", type=int, default=None)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-tasks", type=int, default=20)
+    parser.add_argument("--kick-batch", type=int, default=None,
+                        help="events whose kicks share a message (default: PAPERCLIP_CONNECTOR_KICK_BATCH_SIZE, "
+                             "as intake under a burst; 1: a message per event)")
     parser.add_argument("--skip-celery", action="store_true")
     parser.add_argument("--skip-inproc", action="store_true")
     parser.add_argument("--workers", default="1,2", help="Celery worker counts to measure, in order")
@@ -445,6 +460,10 @@ def main(argv=None):
     from connectors.choices import InstanceStatus
     from connectors.models import ConnectorInstance
 
+    if args.kick_batch is None:
+        from connectors.services.common import conf
+
+        args.kick_batch = int(conf("KICK_BATCH_SIZE"))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     import redis
 
@@ -473,7 +492,8 @@ def main(argv=None):
     print(f"baseline (bare Issue + TaskLink + WakeupRequest inserts, one transaction per event): "
           f"{base['events_per_s']:.1f} events/s", flush=True)
     out = {"baseline": base, "tasks": args.tasks, "per_task": args.per_task, "agents": args.agents,
-           "worker_conn_max_age": args.worker_conn_max_age, "load_average_start": os.getloadavg()[0]}
+           "kick_batch": args.kick_batch, "worker_conn_max_age": args.worker_conn_max_age,
+           "load_average_start": os.getloadavg()[0]}
     if args.profile:
         out["profile"] = profile_one(inst["inproc"], args)
     inproc = apply_inproc(inst["inproc"]) if not args.skip_inproc else {"events": 0, "events_per_s": float("nan")}

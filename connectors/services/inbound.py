@@ -41,7 +41,8 @@ from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 from paperclip.core import rows
 
-from . import audit, codec, commands as command_service, content, field_merge, links, logctx, readback, routing, symphony
+from . import audit, codec, commands as command_service, content, field_merge, links, logctx, readback, routing
+from . import symphony
 from . import routing_conflicts
 from . import close_reopen, export_marks, run_modes
 from .common import (
@@ -656,9 +657,10 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
         pending = set()  # retargeted to a follow-up: its base starts from its own values
     link.base_snapshot = field_merge.base_advance(ext, links.paperclip_snapshot(issue), base_ext, base_pc, held,
                                                   pending)
-    link.save(update_fields=["external_title", "external_key", "external_url", "external_state_name",
-                             "external_state_category", "external_updated_at", "last_external_revision", "envelope",
-                             "last_inbound_at", "base_snapshot", "issue", "routing", "handoff_history", "updated_at"])
+    rows.update_fields(link, ["external_title", "external_key", "external_url", "external_state_name",
+                              "external_state_category", "external_updated_at", "last_external_revision",
+                              "envelope", "last_inbound_at", "base_snapshot", "issue", "routing", "handoff_history",
+                              "updated_at"])
     if not observer and symphony.is_symphony(link):
         became_todo = changes.get("status") == IssueStatus.TODO
         if task.state.category == StateCategory.ACTIVE and (category_changed or became_todo):

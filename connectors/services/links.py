@@ -22,6 +22,7 @@ from issues.choices import AuthorType, IssueStatus, OriginKind
 from issues.models import Comment, Issue
 from issues.services.activity import activity_record
 from issues.services.thread import comment_create
+from paperclip.core import rows
 
 from . import audit, backlinks, content
 from .common import link_set_status
@@ -113,7 +114,7 @@ def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask
     never observably pending, so it is born healthy with one transition. ``link_id``: the id the
     caller already attributed earlier writes to (an import creates the issue first)."""
     label = provider_label(instance)
-    link = TaskLink.objects.create(
+    link = rows.insert(TaskLink(
         **({"id": link_id} if link_id else {}),
         company_id=instance.company_id, instance=instance, provider_key=instance.provider_key,
         project_id=issue.project_id, goal_id=issue.goal_id, issue=issue,
@@ -125,9 +126,8 @@ def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask
         base_snapshot={"external": external_snapshot(task, label), "paperclip": paperclip_snapshot(issue)},
         last_external_revision=task.revision, routing=routing or {}, envelope=dict(task.envelope or {}),
         status=status,
-    )
-    LinkTransition.objects.create(link=link, from_status="", to_status=status, cause=cause,
-                                  idempotency_key=key[:300])
+    ))
+    rows.insert(LinkTransition(link=link, from_status="", to_status=status, cause=cause, idempotency_key=key[:300]))
     audit.link_bound(link)  # the rest of the event's audit rows name it (§14.5)
     return link
 

@@ -23,6 +23,7 @@ from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
 from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
 from issues.selectors import walk_up
 from issues.workspaces.service import new_issue_workspace_fields
+from paperclip.core import rows
 
 from .activity import activity_record
 from .fences import ensure_may_change, ensure_owning_run
@@ -141,7 +142,7 @@ def issue_create(
         origin_issue = None
         if actor.is_agent:
             origin_issue = (run.issue if run is not None and run.issue_id else None) or requested
-        issue = Issue.objects.create(
+        issue = rows.insert(Issue(
             company=company,
             number=number,
             identifier=f"{company.issue_prefix}-{number}",
@@ -162,7 +163,7 @@ def issue_create(
             origin_run=run,
             completed_at=timezone.now() if status == IssueStatus.DONE else None,
             cancelled_at=timezone.now() if status == IssueStatus.CANCELLED else None,
-        )
+        ))
         details = {"identifier": issue.identifier, "title": title, "status": status}
         if labels:
             issue.labels.set(labels)
@@ -409,7 +410,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
         if diff:
             try:
                 with transaction.atomic(savepoint=not _locked):
-                    issue.save(update_fields=_changed_fields(issue, before))
+                    rows.update_fields(issue, _changed_fields(issue, before))
             except IntegrityError as exc:
                 raise Unprocessable("The change violates an issue invariant.", code="invariant_violation",
                                     details={"non_field_errors": [str(exc).splitlines()[0]]})

@@ -120,7 +120,7 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
             )
             _place(wake, agent, issue, source, comment_ids, reason, run_fields or {}, new_issue=issue_is_new,
                    comments_checked=comments_checked)
-            wake.save()
+            rows.insert(wake)
             activity_record(actor=actor, company_id=agent.company_id, action="agent.wakeup_requested",
                             entity_type="agent", entity_id=agent.pk, run=wake.run,
                             details={"wakeupId": str(wake.pk), "status": wake.status, "source": source,
@@ -277,11 +277,11 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields, new_issu
                       context={**wake.context, "commentIds": comment_ids, "wakeReasons": [reason] if reason else []},
                       **run_fields)
         if new_issue:  # no other run can hold the new issue's live slot: no savepoint to fall back to
-            run = HeartbeatRun.objects.create(**fields)
+            run = rows.insert(HeartbeatRun(**fields))
         else:
             try:
                 with transaction.atomic():
-                    run = HeartbeatRun.objects.create(**fields)
+                    run = rows.insert(HeartbeatRun(**fields))
                     # The constraint covers runs until they start: one that was created and claimed
                     # since the read above is visible now (it committed before this insert).
                     if issue is not None and HeartbeatRun.objects.filter(

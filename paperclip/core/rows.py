@@ -165,12 +165,13 @@ def _update_sql(model, alias: str, names: tuple) -> tuple:
 
 
 def update_fields(obj, names, *, using: str = DEFAULT_DB_ALIAS) -> int:
-    """``obj.save(update_fields=names)`` for a saved row, from a statement built once (values as set on
-    ``obj``, ``get_db_prep_save`` applied; no ``pre_save``, so an ``auto_now`` field is not bumped
-    unless named and set; no signals). Returns the rows updated."""
+    """``obj.save(update_fields=names)`` for a saved row (``pre_save`` for each named field, so a named
+    ``auto_now`` field is bumped; ``get_db_prep_save`` for every value; no signals: use it for models
+    nobody listens to), from a statement built once per model and field list. Returns the rows
+    updated."""
     connection = connections[using]
     sql, fields = _update_sql(type(obj), using, tuple(names))
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
     params.append(type(obj)._meta.pk.get_db_prep_value(obj.pk, connection))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
