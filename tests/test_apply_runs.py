@@ -124,3 +124,23 @@ def test_a_paused_instance_applies_nothing_of_a_run(settings):
     assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"]) == {
         "applied": 0, "dropped": 0, "failed": 0, "parked": 0}
     assert InboundEvent.objects.filter(instance=instance, status=EventStatus.PENDING).count() == 2
+
+
+def test_a_runs_audit_rows_are_written_together_in_the_order_they_happened():
+    """The run's audit rows are one INSERT at its end; each keeps the time it was recorded, so the
+    activity feed (newest first) reads as things happened, between rows written at once (a comment's
+    wake joins its run in one statement that writes its own row)."""
+    instance, store, raw = _imported()
+    _edit(instance, store, raw, "renamed")
+    _queue(instance, store, raw, "comment", comment=store.add_comment(raw["id"], "hello"))
+    link = TaskLink.objects.get(instance=instance)
+    seen = set(ActivityLog.objects.values_list("pk", flat=True))
+    with CaptureQueriesContext(connection) as ctx:
+        assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 2
+    inserts = [q["sql"] for q in ctx.captured_queries if 'INSERT INTO "issues_activitylog"' in q["sql"]]
+    new = list(ActivityLog.objects.exclude(pk__in=seen).filter(company_id=link.company_id))  # newest first
+    actions = [row.action for row in reversed(new)]
+    assert actions == ["issue.updated", "comment.created", "agent.wakeup_requested"]
+    assert all(row.details.get("eventKey") for row in new)  # each still names the event that caused it
+    # PostgreSQL: the batch, and the wake's own statement (its fast path); SQLite: the batch alone.
+    assert len(inserts) == (2 if connection.vendor == "postgresql" else 1), inserts

@@ -36,7 +36,7 @@ from connectors.providers.base import (
 from issues.actors import SYSTEM
 from issues.choices import TERMINAL_ISSUE_STATUSES, AuthorType, IssueStatus, OriginKind
 from issues.models import Comment, Company, Issue
-from issues.services.activity import activity_record
+from issues.services.activity import activity_batched, activity_record
 from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 from paperclip.core import rows
@@ -304,14 +304,15 @@ def _apply_run(instance_id, external_task_id: str, size: int, run: _Run, lines: 
             return None
         run.claimed = events
         instance, results = events[0].instance, []
-        for index, event in enumerate(events):
-            run.failed_at = index
-            lines.mark()  # a failing event's lines stand (it is not applied again); the others' are redone
-            outcome = event_apply(instance=instance, event=event)
-            run.failed_at = None
-            results.append(_mark(event, outcome))
-            if outcome.numbered:
-                break
+        with activity_batched():  # the run's audit rows: one INSERT
+            for index, event in enumerate(events):
+                run.failed_at = index
+                lines.mark()  # a failing event's lines stand (it is not applied again); the others' are redone
+                outcome = event_apply(instance=instance, event=event)
+                run.failed_at = None
+                results.append(_mark(event, outcome))
+                if outcome.numbered:
+                    break
         _save_marks(events[:len(results)])
     return results
 
@@ -354,7 +355,8 @@ def _process_head(instance_id, external_task_id: str) -> str | None:
             if event.status == EventStatus.FAILED and event.next_attempt_at and event.next_attempt_at > now:
                 return None  # the head waits for its retry; later events keep their order behind it
             event_id = event.pk
-            outcome = event_apply(instance=instance, event=event)
+            with activity_batched():
+                outcome = event_apply(instance=instance, event=event)
             result = _mark(event, outcome)
             event.save(update_fields=_MARKED)
         return result

@@ -1,6 +1,8 @@
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from django.utils import timezone
+
 from issues.actors import Actor
 from issues.models import ActivityLog
 from paperclip.core import rows
@@ -36,18 +38,45 @@ def activity_context_current() -> dict:
     return dict(_CAUSE.get() or {})
 
 
+# Rows recorded inside an activity_batched() block, written when it ends (None: written at once).
+_BATCH: ContextVar[list | None] = ContextVar("activity_batch", default=None)
+
+
+@contextmanager
+def activity_batched():
+    """Inside the block, which must run inside one transaction, :func:`activity_record` collects its
+    rows and they are written in one INSERT when the block ends normally (a block that raises writes
+    nothing: its transaction rolls back). Each row keeps the time it was recorded. For work that
+    records many rows and never reads them back meanwhile (the connector engine's apply)."""
+    batch: list = []
+    token = _BATCH.set(batch)
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
+    if batch:
+        rows.insert_many(batch)
+
+
 def activity_record(*, actor: Actor, company_id, action: str, entity_type: str, entity_id, details=None, run=None):
-    """Append one audit row; call inside the transaction of the change it describes."""
+    """Append one audit row; call inside the transaction of the change it describes. Inside
+    :func:`activity_batched` the row is written when the block ends (its ``pk`` is unset until then)."""
     fields = actor.activity_fields()
     if run is not None:
         fields["run"] = run
     cause = _CAUSE.get()
-    # Every mutation writes one: an INSERT built once, not compiled per row (no one listens to its save)
-    return rows.insert(ActivityLog(
+    row = ActivityLog(
         company_id=company_id,
         action=action,
         entity_type=entity_type,
         entity_id=str(entity_id),
         details={**cause, **(details or {})} if cause else (details or {}),
         **fields,
-    ))
+    )
+    batch = _BATCH.get()
+    if batch is not None:
+        row.created_at = timezone.now()
+        batch.append(row)
+        return row
+    # Every mutation writes one: an INSERT built once, not compiled per row (no one listens to its save)
+    return rows.insert(row)

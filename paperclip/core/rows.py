@@ -154,6 +154,31 @@ def insert(obj, *, using: str = DEFAULT_DB_ALIAS, skip_conflicts: bool = False):
     return obj
 
 
+def insert_many(objs, *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Insert new rows of one model in one statement, as :func:`insert` would one by one, except that
+    a value already set on an ``auto_now``/``auto_now_add`` field is kept (rows collected over a
+    while keep the time they were made). Generated keys are not read back."""
+    if not objs:
+        return
+    model = type(objs[0])
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    fields = insert_fields(model)
+    params = []
+    for obj in objs:
+        obj._prepare_related_fields_for_save(operation_name="insert")
+        for f in fields:
+            value = getattr(obj, f.attname)
+            params.append(f.get_db_prep_save(f.pre_save(obj, True) if value is None else value, connection))
+    row = f"({', '.join(['%s'] * len(fields))})"
+    sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+           f"VALUES {', '.join([row] * len(objs))}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    for obj in objs:
+        obj._state.adding, obj._state.db = False, using
+
+
 @lru_cache(maxsize=None)
 def _update_sql(model, alias: str, names: tuple) -> tuple:
     connection = connections[alias]
