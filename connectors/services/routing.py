@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-from django.db.models.functions import Lower
+from django.db import connection
 
 from connectors.choices import ROUTING_PRECEDENCE, RoutingRuleKind
 from connectors.models import ConnectorInstance, RoutingRule
 from connectors.providers.base import ExternalTask, normalize_state_name
 from issues.choices import AgentStatus
-from issues.models import Agent
+from issues.models import Agent, Company
+from paperclip.core import rows
 
 from .common import adapter_class
 
@@ -40,17 +42,44 @@ def rules_for(instance: ConnectorInstance) -> list[RoutingRule]:
         declared = adapter_class(instance.provider_key).capabilities.routing_rule_kinds
     except LookupError:
         declared = None
-    rules = [r for r in RoutingRule.objects.filter(instance=instance, enabled=True).select_related("target_agent")
-             if declared is None or r.kind in declared]
+    rules = [r for r in _enabled_rules(instance) if declared is None or r.kind in declared]
     rules.sort(key=lambda r: (ROUTING_PRECEDENCE[r.kind], r.order, r.pk))
     return rules
+
+
+@lru_cache(maxsize=1)
+def _rules_sql() -> str:
+    qn = connection.ops.quote_name
+    return (f"SELECT {rows.select_list(RoutingRule, 'r')}, {rows.select_list(Agent, 'a')} "
+            f"FROM {qn(RoutingRule._meta.db_table)} r LEFT JOIN {qn(Agent._meta.db_table)} a "
+            f"ON a.id = r.target_agent_id WHERE r.instance_id = %s AND r.enabled")
+
+
+def _enabled_rules(instance) -> list[RoutingRule]:
+    """The instance's enabled rules with their target agents (every import reads them: a statement
+    built once, not a compiled queryset)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_rules_sql(), [rows.pk_value(ConnectorInstance, instance.pk)])
+        found = cursor.fetchall()
+    rules = []
+    for row in found:
+        rule, agent = rows.split(row, RoutingRule, Agent)
+        RoutingRule.target_agent.field.set_cached_value(rule, agent if rule.target_agent_id else None)
+        rules.append(rule)
+    return rules
+
+
+@lru_cache(maxsize=1)
+def _agent_by_name_sql() -> str:
+    return (f"SELECT {rows.select_list(Agent, 'a')} FROM {connection.ops.quote_name(Agent._meta.db_table)} a "
+            f"WHERE a.company_id = %s AND LOWER(a.name) = %s ORDER BY a.name, a.id LIMIT 1")
 
 
 def agent_by_name(company_id, name: str) -> Agent | None:
     name = (name or "").strip().lstrip("@").lower()
     if not name:
         return None
-    return Agent.objects.annotate(lname=Lower("name")).filter(company_id=company_id, lname=name).first()
+    return rows.fetch_one(Agent, _agent_by_name_sql(), [rows.pk_value(Company, company_id), name])[0]
 
 
 def _alias_agent(instance: ConnectorInstance, alias: str) -> Agent | None:
