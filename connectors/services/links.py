@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
+from functools import lru_cache
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 
 from connectors.choices import (
     ConflictKind,
@@ -100,11 +100,33 @@ def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue
     issue = backlinks.backlinked_issue(instance, task, exclude=active)
     if issue is not None:
         return issue, "backlink"
-    refs = Q(origin_kind=OriginKind.CONNECTOR, origin_id=content.attribution_key(instance.pk, task.external_id))
-    if task.url:
-        refs |= Q(description__contains=task.url) & Q(description__regex=reference_pattern(task.url))
-    issue = Issue.objects.filter(refs, company_id=instance.company_id).exclude(pk__in=active).order_by("created_at").first()
+    issue = _referencing_issue(instance, task)
     return (issue, "reference") if issue is not None else (None, "")
+
+
+@lru_cache(maxsize=2)
+def _reference_sql(mentions: bool) -> str:
+    qn = connection.ops.quote_name
+    refs = "(s.origin_kind = %s AND s.origin_id = %s"
+    if mentions:  # LIKE is the cheap filter; the expression decides (reference_pattern)
+        refs += (f" OR (s.description {connection.operators['contains'] % '%s'} "
+                 f"AND s.description {connection.operators['regex'] % '%s'})")
+    return (f"SELECT {rows.select_list(Issue, 's')} FROM {qn(Issue._meta.db_table)} s "
+            f"WHERE s.company_id = %s AND {refs}) AND NOT EXISTS (SELECT 1 FROM {qn(TaskLink._meta.db_table)} l "
+            f"WHERE l.issue_id = s.id AND l.instance_id = %s AND l.status <> %s) ORDER BY s.created_at, s.id LIMIT 1")
+
+
+def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue | None:
+    """§6.3 step 3: the oldest issue of the company that an import of this task made or whose
+    description mentions the task's address, and that no live link of this instance holds. A
+    statement built once (every import asks); the "held" check probes the candidates' links by
+    index, so it does not grow with the instance's links."""
+    params = [rows.pk_value(Issue, instance.company_id), OriginKind.CONNECTOR,
+              content.attribution_key(instance.pk, task.external_id)]
+    if task.url:
+        params += [f"%{connection.ops.prep_for_like_query(task.url)}%", reference_pattern(task.url)]
+    params += [rows.pk_value(ConnectorInstance, instance.pk), LinkStatus.UNLINKED]
+    return rows.fetch_one(Issue, _reference_sql(bool(task.url)), params)[0]
 
 
 def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask, origin_side: str, key: str,
