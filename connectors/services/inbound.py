@@ -432,11 +432,16 @@ def event_apply(*, instance: ConnectorInstance, event: InboundEvent) -> Outcome:
     return dropped(f"unknown event kind {verified.kind}")
 
 
-@lru_cache(maxsize=1)
-def _active_link_sql() -> str:
+@lru_cache(maxsize=2)
+def _active_link_sql(with_comment: bool = False) -> str:
     qn = connection.ops.quote_name
-    return (f"SELECT {rows.select_list(TaskLink, 'l')}, {rows.select_list(Issue, 's')} "
-            f"FROM {qn(TaskLink._meta.db_table)} l JOIN {qn(Issue._meta.db_table)} s ON s.id = l.issue_id "
+    record = ""
+    if with_comment:  # the comment's record, if seen before (not locked, as it never was)
+        record = (f"LEFT JOIN {qn(ExternalCommentLink._meta.db_table)} r "
+                  f"ON r.instance_id = l.instance_id AND r.external_comment_id = %s ")
+    return (f"SELECT {rows.select_list(TaskLink, 'l')}, {rows.select_list(Issue, 's')}"
+            + (f", {rows.select_list(ExternalCommentLink, 'r')} " if with_comment else " ")
+            + f"FROM {qn(TaskLink._meta.db_table)} l JOIN {qn(Issue._meta.db_table)} s ON s.id = l.issue_id {record}"
             f"WHERE l.instance_id = %s AND l.external_task_id = %s AND l.status <> %s"  # (one: a constraint)
             + _lock_clause("l", "s"))
 
@@ -444,14 +449,25 @@ def _active_link_sql() -> str:
 def active_link(instance, external_task_id: str) -> TaskLink | None:
     """The task's live link with its issue, both locked: every effect on the issue goes through this
     row. Built once (every applied event reads it)."""
-    row = rows.fetch_row(_active_link_sql(), [rows.pk_value(ConnectorInstance, instance.pk), external_task_id,
-                                              LinkStatus.UNLINKED])
+    return _active_link(instance, external_task_id)[0]
+
+
+def _active_link(instance, external_task_id: str, external_comment_id: str | None = None):
+    """(link, the tracker comment's record or None), the record read with the link when
+    ``external_comment_id`` is given (one round trip for a comment event)."""
+    with_comment = external_comment_id is not None
+    params = [rows.pk_value(ConnectorInstance, instance.pk), external_task_id, LinkStatus.UNLINKED]
+    row = rows.fetch_row(_active_link_sql(with_comment), [external_comment_id, *params] if with_comment else params)
     if row is None:
-        return None
-    link, issue = rows.split(row, TaskLink, Issue)
+        return None, None
+    if with_comment:
+        link, issue, record = rows.split(row, TaskLink, Issue, ExternalCommentLink)
+        record = record if record.pk is not None else None
+    else:
+        (link, issue), record = rows.split(row, TaskLink, Issue), None
     TaskLink.issue.field.set_cached_value(link, issue)
     audit.link_bound(link)
-    return link
+    return link, record
 
 
 def _read_back(instance, event: InboundEvent, verified: VerifiedEvent) -> readback.ReadBack:
@@ -806,7 +822,7 @@ def _comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
         return dropped("the connector's own comment (echo)")
     if content.has_marker(comment.body):
         return dropped("mirrored comment marker (loop prevention)")
-    link = active_link(instance, comment.external_task_id)
+    link, record = _active_link(instance, comment.external_task_id, comment.external_comment_id)
     if link is not None and link.last_outbound_at is not None:
         from .outbound import recent_outbound_ref
 
@@ -819,10 +835,10 @@ def _comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
         if _unlinked(instance, comment.external_task_id):
             return dropped(UNLINKED_TEXT)
         outcome = task_import(instance=instance, task=verified.task, key=key, actor=verified.actor)
-        link = active_link(instance, comment.external_task_id)
+        link, record = _active_link(instance, comment.external_task_id, comment.external_comment_id)
         if link is None:
             return dropped(f"comment on a task that is not linked ({outcome.text})")
-    return comment_import(instance=instance, link=link, comment=comment, key=key)
+    return comment_import(instance=instance, link=link, comment=comment, key=key, record=record)
 
 
 def _own_comment(instance, comment: ExternalComment) -> bool:
@@ -857,11 +873,12 @@ def comment_changed(record: ExternalCommentLink, comment: ExternalComment) -> bo
     return True
 
 
-def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: str) -> Outcome:
-    """§7.3 / §15.2: commands first, then the attributed, sanitized, untrusted comment."""
+def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: str,
+                   record: ExternalCommentLink | None) -> Outcome:
+    """§7.3 / §15.2: commands first, then the attributed, sanitized, untrusted comment. ``record``:
+    the comment's ExternalCommentLink if it was seen before (read with the link: ``_active_link``)."""
     if link.sync_mode in (SyncMode.DISABLED, SyncMode.EXPORT_ONLY):
         return dropped(f"link sync mode {link.sync_mode}")
-    record = _comment_record(instance, comment.external_comment_id)
     cmds = command_service.parse_commands(comment.body)
     if run_modes.is_observer(link) and (record is not None or not cmds):
         return dropped("observer link: comments are not imported or edited")  # commands: command_exec
@@ -908,19 +925,6 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
     rows.update_fields(link, ["last_inbound_at"])
     link_first_sync_ok(link, key)
     return applied(f"comment imported on {issue.identifier}" + ("" if wake else " (no wake)"))
-
-
-@lru_cache(maxsize=1)
-def _comment_record_sql() -> str:
-    return (f"SELECT {rows.select_list(ExternalCommentLink, 'r')} FROM "
-            f"{connection.ops.quote_name(ExternalCommentLink._meta.db_table)} r "
-            f"WHERE r.instance_id = %s AND r.external_comment_id = %s")  # (one: a constraint)
-
-
-def _comment_record(instance, external_comment_id: str) -> ExternalCommentLink | None:
-    """The tracker comment's record, if it was seen before (read for every comment event)."""
-    return rows.fetch_one(ExternalCommentLink, _comment_record_sql(),
-                          [rows.pk_value(ConnectorInstance, instance.pk), external_comment_id])[0]
 
 
 def _comment_body(link: TaskLink, comment: ExternalComment) -> str:
