@@ -210,6 +210,9 @@ PAPERCLIP = {
     # With a broker, commits kick the dispatcher through Celery; without one the in-process
     # worker (manage.py paperclip_worker) polls, so nothing blocks a web request.
     "KICK_ON_COMMIT": bool(env("CELERY_BROKER_URL")) and not env.bool("CELERY_TASK_ALWAYS_EAGER", default=False),
+    # Dispatcher kicks of a burst share one message: at most one per DISPATCH_KICK_LINGER_MS in each
+    # process (one dispatch pass starts every queued run; a kick after a quiet spell goes out at once).
+    "DISPATCH_KICK_LINGER_MS": env.float("PAPERCLIP_DISPATCH_KICK_LINGER_MS", default=10.0),
     # Runs (seed 003): heartbeat cadence and staleness, retry backoff, continuations.
     "RUN_HEARTBEAT_INTERVAL_SECONDS": env.int("PAPERCLIP_RUN_HEARTBEAT_INTERVAL_SECONDS", default=60),
     "RUN_HEARTBEAT_STALE_SECONDS": env.int("PAPERCLIP_RUN_HEARTBEAT_STALE_SECONDS", default=300),

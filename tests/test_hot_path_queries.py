@@ -229,6 +229,34 @@ def test_eager_kicks_run_in_the_callers_thread(settings):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_dispatcher_kicks_of_a_burst_share_one_message(settings, monkeypatch):
+    """Every commit that queues a run kicks the dispatcher; one dispatch pass starts every queued
+    run, so the kicks committed while a publish is under way go out as one message, from the
+    kicker's thread, not one per commit."""
+    from django.db import transaction
+
+    from issues import tasks as issue_tasks
+    from issues.services import kicks as dispatch_kicks
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.PAPERCLIP = {**settings.PAPERCLIP, "KICK_ON_COMMIT": True}
+    broker = Broker(hold_first=True)
+    monkeypatch.setattr(issue_tasks.dispatch_runs, "delay", lambda: broker.send_many(["dispatch_runs"]))
+    monkeypatch.setattr(dispatch_kicks, "dispatch_kicker", kicks.Kicker(dispatch_kicks._send_dispatch, linger=0))
+    with transaction.atomic():
+        dispatch_kicks.kick_dispatcher()
+        assert not broker.messages  # nothing before the commit
+    assert broker.started.wait(timeout=10)
+    for _ in range(5):  # commits while the first publish is still under way
+        with transaction.atomic():
+            dispatch_kicks.kick_dispatcher()
+    broker.gate.set()
+    assert dispatch_kicks.dispatch_kicker.flush(timeout=10)
+    assert broker.messages == [["dispatch_runs"], ["dispatch_runs"]]
+    assert threading.current_thread() not in broker.threads
+
+
+@pytest.mark.django_db(transaction=True)
 def test_one_message_applies_each_of_its_tasks_and_one_failure_does_not_hold_the_rest(quiet_instance):
     """``process_task_events_many`` (the message a burst of kicks shares): every task in it is
     applied even when one before it fails, and the failure is still raised (Celery logs it)."""
