@@ -543,6 +543,7 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
         assignee_agent=decision.agent, origin_kind=OriginKind.CONNECTOR,  # routing read it in this transaction
         origin_id=content.attribution_key(instance.pk, task.external_id),
         assignment_wake=run_modes.import_may_wake(instance),  # assigned for visibility, never started (§4.2.2)
+        _savepoint=False,  # (any error rolls the apply back whole)
     )
     link = links.link_create(instance=instance, issue=issue, task=task, key=key, origin_side=OriginSide.EXTERNAL,
                              routing=decision.as_dict(), cause="imported", status=LinkStatus.HEALTHY,

@@ -107,18 +107,21 @@ def issue_create(
     label_ids=None,
     blocked_by_ids=None,
     assignment_wake: bool = True,
+    _savepoint: bool = True,
 ) -> tuple[Issue, ParentAdjustment | None]:
     """``assignment_wake=False`` records the assignee without the ``issue_assigned`` wake. Only the
     connector engine uses it: an issue a tracker routes for visibility (an ``external_observer`` or
     observer link) or creates after an external reopen must not start work by itself (§4.2.2).
     ``assignee_agent``: instead of ``assignee_agent_id``, the agent the caller read in this
-    transaction (checked the same way, not read again)."""
+    transaction (checked the same way, not read again). ``_savepoint=False``: inside a caller's
+    transaction that any error rolls back whole (the connector engine's apply), no savepoint of its
+    own (two round trips)."""
     actor.ensure_can_write(company.pk)
     if status == IssueStatus.IN_PROGRESS:
         raise Unprocessable("Issues start work through checkout, not by creation in progress.",
                             code="use_checkout", details={"status": ["in_progress is reached by checkout."]})
     run = actor.require_live_run() if actor.is_agent else None
-    with transaction.atomic():
+    with transaction.atomic(savepoint=_savepoint):
         requested = company_object(Issue, company.pk, parent_id, "parentId")
         parent, adjustment = (_agent_parent(requested) if actor.is_agent else (requested, None))
         project = company_object(Project, company.pk, project_id, "projectId")

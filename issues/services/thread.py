@@ -50,7 +50,10 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
                    _after_interrupt: bool = False) -> Comment:
     """A comment; wakes the assignee (and mentioned agents). ``reopen`` / ``interrupt`` (upstream's
     comment flags) go through issue_update, which owns them for PATCH too: the reopen is an audited
-    status change, the interrupt (board only) stops the issue's live runs first."""
+    status change, the interrupt (board only) stops the issue's live runs first.
+
+    ``_locked``: the caller's transaction holds the issue's row lock and rolls back whole on any error
+    (no re-read, no savepoint of its own)."""
     if not body or not body.strip():
         raise InvalidInput(details={"body": ["This field may not be blank."]})
     if (reopen or interrupt) and not _locked:
@@ -58,7 +61,7 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
 
         return issue_update(actor=actor, issue=issue, changes={}, comment=body, reopen=reopen,
                             interrupt=interrupt)[2]
-    with transaction.atomic():
+    with transaction.atomic(savepoint=not _locked):
         if not _locked:
             issue = _lock_for_write(actor, issue, owner_only=False)
         fields = revision_author(actor)
