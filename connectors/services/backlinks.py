@@ -15,11 +15,15 @@ it exists for: a re-import after an unlink, a second instance of the same tracke
 issue. A task never linked here is not read at all, so a first import costs no provider call."""
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import unquote, urlsplit
+
+from django.db import connection
 
 from connectors.models import ConnectorInstance, TaskLink
 from connectors.providers.base import ExternalTask, ExternalTaskRef
-from issues.models import Issue
+from issues.models import Company, Issue
+from paperclip.core import rows
 
 from .common import adapter_class, adapter_for, conf
 
@@ -41,14 +45,28 @@ def supported(instance: ConnectorInstance) -> bool:
     return "find_backlinks" in adapter_class(instance.provider_key).capabilities.operations
 
 
+@lru_cache(maxsize=1)
+def _paired_sql() -> str:
+    return (f"SELECT l.issue_id FROM {connection.ops.quote_name(TaskLink._meta.db_table)} l "
+            f"WHERE l.company_id = %s AND l.provider_key = %s AND l.external_task_id = %s")
+
+
+def _paired_issue_ids(instance: ConnectorInstance, external_task_id: str) -> set:
+    """The issues this company's links of the provider ever paired with the task (every import of a
+    provider with backlinks asks: a statement built once)."""
+    with connection.cursor() as cursor:  # (ids as the driver gives them: the ORM filter below reads either)
+        cursor.execute(_paired_sql(), [rows.pk_value(Company, instance.company_id), instance.provider_key,
+                                       external_task_id])
+        return {value for value, in cursor.fetchall()}
+
+
 def backlinked_issue(instance: ConnectorInstance, task: ExternalTask, *, exclude) -> Issue | None:
     """The issue the task's backlink names, when this company paired it with the task before;
     ``exclude``: issue ids (or a subquery) that may not be linked again (an active link on this
     instance). Provider errors propagate: the event is retried, a delay beats a duplicate issue."""
     if not supported(instance):
         return None
-    paired = set(TaskLink.objects.filter(company_id=instance.company_id, provider_key=instance.provider_key,
-                                         external_task_id=task.external_id).values_list("issue_id", flat=True))
+    paired = _paired_issue_ids(instance, task.external_id)
     if not paired:
         return None
     urls = adapter_for(instance).find_backlinks(ExternalTaskRef(external_id=task.external_id,

@@ -509,10 +509,17 @@ def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
 UNLINKED_TEXT = "the task was unlinked by an operator (§6.4); import or link it by hand to sync it again"
 
 
+@lru_cache(maxsize=1)
+def _unlinked_sql() -> str:
+    return (f"SELECT 1 FROM {connection.ops.quote_name(TaskLink._meta.db_table)} l "
+            f"WHERE l.instance_id = %s AND l.external_task_id = %s AND l.status = %s LIMIT 1")
+
+
 def _unlinked(instance, external_task_id: str) -> bool:
-    """An operator severed this task's link: tracker events must not quietly import or re-link it."""
-    return TaskLink.objects.filter(instance=instance, external_task_id=external_task_id,
-                                   status=LinkStatus.UNLINKED).exists()
+    """An operator severed this task's link: tracker events must not quietly import or re-link it.
+    (Every import asks: a statement built once.)"""
+    return rows.fetch_row(_unlinked_sql(), [rows.pk_value(ConnectorInstance, instance.pk), external_task_id,
+                                            LinkStatus.UNLINKED]) is not None
 
 
 def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: bool = False) -> Outcome:
