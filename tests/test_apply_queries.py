@@ -22,18 +22,25 @@ def _statements(instance, task_id, expected):
     return len([q for q in ctx.captured_queries if not q["sql"].upper().startswith(CONTROL)])
 
 
-def _world():
+def queued_import():
+    """A tracker task routed to an agent, its import stored and not yet applied."""
     company = CompanyFactory()
     agent = AgentFactory(company=company, name="worker")
     instance, store = make_instance(company, rules=[{"kind": "default_route", "agentId": agent.pk}])
     raw = store.add_task(1, state="doing", labels=["x"])
     _queue(instance, store, raw, "import")
+    return instance, store, raw
+
+
+def imported():
+    """The same, imported: an issue linked to the task, its agent woken."""
+    instance, store, raw = queued_import()
     _statements(instance, raw["id"], 1)
     return instance, store, raw
 
 
 def test_a_message_for_an_empty_queue_costs_one_statement():
-    instance, store, raw = _world()
+    instance, store, raw = imported()
     assert _statements(instance, raw["id"], 0) == 1
     assert _statements(instance, "no-such-task", 0) == 1
 
@@ -52,7 +59,7 @@ def test_statements_per_event_are_the_same_for_any_batch(kind, settings):
     event's row) plus 1 (the claim that finds the queue empty). Each of these events writes one
     audit row; in runs of up to APPLY_BATCH_SIZE those are one INSERT, so a run costs its events'
     k - 1 each plus 3 (one claim, one INSERT of the audit rows, one update of the events' rows)."""
-    instance, store, raw = _world()
+    instance, store, raw = imported()
     settings.CONNECTORS = {**settings.CONNECTORS, "APPLY_BATCH_SIZE": 1}
     alone = {}
     for n in (3, 6):

@@ -14,21 +14,10 @@ from connectors.choices import EventStatus
 from connectors.models import InboundEvent, TaskLink
 from connectors.services import inbound
 from issues.models import ActivityLog, Comment
-from tests.connector_factories import make_instance
-from tests.factories import AgentFactory, CompanyFactory
+from tests.test_apply_queries import imported, queued_import
 from tests.test_connectors_queries import _queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _imported():
-    company = CompanyFactory()
-    agent = AgentFactory(company=company, name="worker")
-    instance, store = make_instance(company, rules=[{"kind": "default_route", "agentId": agent.pk}])
-    raw = store.add_task(1, state="doing", labels=["x"])
-    _queue(instance, store, raw, "import")
-    assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 1
-    return instance, store, raw
 
 
 def _edit(instance, store, raw, title):
@@ -41,7 +30,7 @@ def _claims(ctx) -> int:
 
 
 def test_a_failure_inside_a_run_is_recorded_on_its_event_after_the_events_before_it(monkeypatch, caplog):
-    instance, store, raw = _imported()
+    instance, store, raw = imported()
     for title in ("one", "two", "poison", "four"):
         _edit(instance, store, raw, title)
     real = inbound.link_apply_task
@@ -79,7 +68,7 @@ def test_a_failure_inside_a_run_is_recorded_on_its_event_after_the_events_before
 
 
 def test_a_run_applies_its_events_in_order_with_one_claim(settings):
-    instance, store, raw = _imported()
+    instance, store, raw = imported()
     for n in range(5):
         _edit(instance, store, raw, f"v{n}")
         _queue(instance, store, raw, f"comment-{n}", comment=store.add_comment(raw["id"], f"comment {n}"))
@@ -101,11 +90,7 @@ def test_a_run_applies_its_events_in_order_with_one_claim(settings):
 def test_an_import_commits_before_the_rest_of_its_tasks_queue():
     """The import took the company's issue counter: holding it through the task's other events
     would make every other import of the company wait for them."""
-    company = CompanyFactory()
-    agent = AgentFactory(company=company, name="worker")
-    instance, store = make_instance(company, rules=[{"kind": "default_route", "agentId": agent.pk}])
-    raw = store.add_task(1, state="doing", labels=["x"])
-    _queue(instance, store, raw, "import")
+    instance, store, raw = queued_import()
     _edit(instance, store, raw, "edited")
     _queue(instance, store, raw, "comment", comment=store.add_comment(raw["id"], "hello"))
     with CaptureQueriesContext(connection) as ctx:
@@ -116,7 +101,7 @@ def test_an_import_commits_before_the_rest_of_its_tasks_queue():
 
 
 def test_a_paused_instance_applies_nothing_of_a_run(settings):
-    instance, store, raw = _imported()
+    instance, store, raw = imported()
     for title in ("one", "two"):
         _edit(instance, store, raw, title)
     instance.status = "paused"
@@ -130,7 +115,7 @@ def test_a_runs_audit_rows_are_written_together_in_the_order_they_happened():
     """The run's audit rows are one INSERT at its end; each keeps the time it was recorded, so the
     activity feed (newest first) reads as things happened, between rows written at once (a comment's
     wake joins its run in one statement that writes its own row)."""
-    instance, store, raw = _imported()
+    instance, store, raw = imported()
     _edit(instance, store, raw, "renamed")
     _queue(instance, store, raw, "comment", comment=store.add_comment(raw["id"], "hello"))
     link = TaskLink.objects.get(instance=instance)
