@@ -235,14 +235,12 @@ def test_dispatcher_kicks_of_a_burst_share_one_message(settings, monkeypatch):
     kicker's thread, not one per commit."""
     from django.db import transaction
 
-    from issues import tasks as issue_tasks
     from issues.services import kicks as dispatch_kicks
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
     settings.PAPERCLIP = {**settings.PAPERCLIP, "KICK_ON_COMMIT": True}
-    broker = Broker(hold_first=True)
-    monkeypatch.setattr(issue_tasks.dispatch_runs, "delay", lambda: broker.send_many(["dispatch_runs"]))
-    monkeypatch.setattr(dispatch_kicks, "dispatch_kicker", kicks.Kicker(dispatch_kicks._send_dispatch, linger=0))
+    broker = Broker(hold_first=True)  # stands for dispatch_kicks._send_dispatch (one dispatch_runs a message)
+    monkeypatch.setattr(dispatch_kicks, "dispatch_kicker", kicks.Kicker(broker.send_many, linger=0))
     with transaction.atomic():
         dispatch_kicks.kick_dispatcher()
         assert not broker.messages  # nothing before the commit
@@ -252,7 +250,7 @@ def test_dispatcher_kicks_of_a_burst_share_one_message(settings, monkeypatch):
             dispatch_kicks.kick_dispatcher()
     broker.gate.set()
     assert dispatch_kicks.dispatch_kicker.flush(timeout=10)
-    assert broker.messages == [["dispatch_runs"], ["dispatch_runs"]]
+    assert broker.messages == [["dispatch"], ["dispatch"]]
     assert threading.current_thread() not in broker.threads
 
 

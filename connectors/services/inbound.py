@@ -204,7 +204,7 @@ def _claim(instance_id, external_task_id: str, size: int) -> list[InboundEvent]:
     """One statement finds and locks the first ``size`` events of the task's queue, and reads their
     instance and company with them (fresh for every claim: a pause is seen before the next one). Only
     event rows are locked (``OF e``): locking the instance would serialise every worker of the
-    instance. Built once (every applied event starts here).
+    instance. Built once (every run of events starts here).
 
     Whoever holds the head owns the queue. A claim keeps the unbroken run of unfinished events from
     the head (``n`` = 1, 2, …): a row another claim locked first is skipped, and the events after it
@@ -358,7 +358,7 @@ def _process_head(instance_id, external_task_id: str) -> str | None:
             with activity_batched():
                 outcome = event_apply(instance=instance, event=event)
             result = _mark(event, outcome)
-            event.save(update_fields=_MARKED)
+            _save_marks([event])
         return result
     except Exception as exc:  # any failure: retry with backoff, park after the bounded count
         if event_id is None:
