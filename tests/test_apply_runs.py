@@ -1,9 +1,8 @@
 """A worker applies the head of a task's queue in runs of up to APPLY_BATCH_SIZE events per
 transaction. What a user relies on stays as with one event per transaction: a failing event counts
 one attempt and is retried on its own, with nothing of it or of the events before it half-applied or
-applied twice,
-the events behind it wait in order, each outcome is logged once, and an import (which holds the
-company's issue counter) commits before the rest of its task's queue is applied."""
+applied twice; the events behind it wait in order; each outcome is logged once; and an import (which
+holds the company's issue counter) commits before the rest of its task's queue is applied."""
 import logging
 
 import pytest
@@ -100,7 +99,7 @@ def test_an_import_commits_before_the_rest_of_its_tasks_queue():
     assert not InboundEvent.objects.exclude(status=EventStatus.APPLIED).exists()
 
 
-def test_a_paused_instance_applies_nothing_of_a_run(settings):
+def test_a_paused_instance_applies_nothing_of_a_run():
     instance, store, raw = imported()
     for title in ("one", "two"):
         _edit(instance, store, raw, title)

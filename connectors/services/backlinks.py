@@ -54,10 +54,9 @@ def _paired_sql() -> str:
 def _paired_issue_ids(instance: ConnectorInstance, external_task_id: str) -> set:
     """The issues this company's links of the provider ever paired with the task (every import of a
     provider with backlinks asks: a statement built once)."""
-    with connection.cursor() as cursor:  # (ids as the driver gives them: the ORM filter below reads either)
-        cursor.execute(_paired_sql(), [rows.pk_value(Company, instance.company_id), instance.provider_key,
-                                       external_task_id])
-        return {value for value, in cursor.fetchall()}
+    found = rows.fetch_rows(_paired_sql(), [rows.pk_value(Company, instance.company_id), instance.provider_key,
+                                            external_task_id])
+    return {value for value, in found}  # (ids as the driver gives them: the ORM filter below reads either)
 
 
 def backlinked_issue(instance: ConnectorInstance, task: ExternalTask, *, exclude) -> Issue | None:

@@ -211,11 +211,8 @@ def _claim(instance_id, external_task_id: str, size: int) -> list[InboundEvent]:
     are not this claim's; a head that another worker finished meanwhile is re-read finished and
     ends the run at once. Only the head may be a failed event awaiting its retry."""
     params = [rows.pk_value(ConnectorInstance, instance_id), external_task_id, *UNFINISHED_EVENT_STATUSES, size]
-    with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(), params)
-        found = cursor.fetchall()
     events, instance = [], None
-    for row in found:
+    for row in rows.fetch_rows(_claim_sql(), params):
         if row[0] != len(events) + 1:
             break
         if instance is None:  # (the same instance on every row: read once)
@@ -243,22 +240,6 @@ def _mark(event: InboundEvent, outcome: Outcome) -> str:
     event.next_attempt_at = None
     event.error_category, event.error_message = "", ""
     return "applied" if outcome.status == EventStatus.APPLIED else "dropped"
-
-
-@lru_cache(maxsize=1)
-def _save_marks_sql() -> str:
-    qn = connection.ops.quote_name
-    return (f"UPDATE {qn(InboundEvent._meta.db_table)} SET "
-            + ", ".join(f"{qn(InboundEvent._meta.get_field(name).column)} = %s" for name in _MARKED)
-            + f" WHERE {qn(InboundEvent._meta.pk.column)} = %s")
-
-
-def _save_marks(events: list[InboundEvent]):
-    """The events' :func:`_mark` fields, one statement sent for all (psycopg pipelines executemany)."""
-    fields = [InboundEvent._meta.get_field(name) for name in _MARKED]
-    params = [[f.get_db_prep_save(getattr(e, f.attname), connection) for f in fields] + [e.pk] for e in events]
-    with connection.cursor() as cursor:
-        cursor.executemany(_save_marks_sql(), params)
 
 
 def _process_run(instance_id, external_task_id: str, size: int) -> list[str]:
@@ -313,7 +294,7 @@ def _apply_run(instance_id, external_task_id: str, size: int, run: _Run, lines: 
                 results.append(_mark(event, outcome))
                 if outcome.numbered:
                     break
-        _save_marks(events[:len(results)])
+        rows.update_many(events[:len(results)], _MARKED)  # one round trip
     return results
 
 
@@ -358,7 +339,7 @@ def _process_head(instance_id, external_task_id: str) -> str | None:
             with activity_batched():
                 outcome = event_apply(instance=instance, event=event)
             result = _mark(event, outcome)
-            _save_marks([event])
+            rows.update_fields(event, _MARKED)
         return result
     except Exception as exc:  # any failure: retry with backoff, park after the bounded count
         if event_id is None:
@@ -903,17 +884,13 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
         from .command_exec import commands_execute
 
         replies = commands_execute(instance=instance, link=link, comment=comment, commands=cmds, key=key)
-        ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
-                                           comment=None, external_updated_at=comment.updated_at,
-                                           content_digest=content.body_digest(comment.body))
+        _comment_recorded(instance, link, comment, None)
         return applied(f"{len(cmds)} command(s): " + "; ".join(replies))
     if link.status == LinkStatus.PAUSED:
         return dropped("link paused (resume resyncs it)")
     if not mirror_external_comments(instance, link):
         # handled, not imported: turning the toggle on later does not import what was said meanwhile
-        ExternalCommentLink.objects.create(instance=instance, link=link, external_comment_id=comment.external_comment_id,
-                                           comment=None, external_updated_at=comment.updated_at,
-                                           content_digest=content.body_digest(comment.body))
+        _comment_recorded(instance, link, comment, None)
         return dropped(MIRROR_OFF_TEXT)
     issue = link.issue  # locked with the link
     body = _comment_body(link, comment)
@@ -926,13 +903,19 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
         # Recorded as external; only the wake is withheld (wakeOnExternalComment off).
         Comment.objects.filter(pk=created.pk).update(author_type=AuthorType.EXTERNAL)
         created.author_type = AuthorType.EXTERNAL
-    rows.insert(ExternalCommentLink(instance=instance, link=link, external_comment_id=comment.external_comment_id,
-                                    comment=created, external_updated_at=comment.updated_at,
-                                    content_digest=content.body_digest(comment.body)))
+    _comment_recorded(instance, link, comment, created)
     link.last_inbound_at = timezone.now()
     rows.update_fields(link, ["last_inbound_at"])
     link_first_sync_ok(link, key)
     return applied(f"comment imported on {issue.identifier}" + ("" if wake else " (no wake)"))
+
+
+def _comment_recorded(instance, link: TaskLink, comment: ExternalComment, created: Comment | None):
+    """The tracker comment is handled: imported as ``created``, or (None) taken as commands or
+    withheld, so a redelivery or an edit of it is recognised."""
+    rows.insert(ExternalCommentLink(instance=instance, link=link, external_comment_id=comment.external_comment_id,
+                                    comment=created, external_updated_at=comment.updated_at,
+                                    content_digest=content.body_digest(comment.body)))
 
 
 def _comment_body(link: TaskLink, comment: ExternalComment) -> str:

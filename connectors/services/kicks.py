@@ -31,7 +31,8 @@ def _send_task_events(keys):
     tasks.process_task_events_many.delay([list(key) for key in keys])
 
 
-kicker = Kicker(_send_task_events, batch=int(conf("KICK_BATCH_SIZE")), linger=float(conf("KICK_LINGER_MS")) / 1000)
+kicker = Kicker(_send_task_events, batch=int(conf("KICK_BATCH_SIZE")), linger=float(conf("KICK_LINGER_MS")) / 1000,
+                name="connector-kicks")
 atexit.register(kicker.flush, 2.0)  # best effort: what is still waiting at exit is the sweep's
 
 

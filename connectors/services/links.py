@@ -19,7 +19,7 @@ from connectors.models import Conflict, ConnectorInstance, LinkTransition, TaskL
 from connectors.providers.base import ExternalTask, normalize_labels
 from issues.actors import SYSTEM
 from issues.choices import AuthorType, IssueStatus, OriginKind
-from issues.models import Comment, Issue
+from issues.models import Comment, Company, Issue
 from issues.services.activity import activity_record
 from issues.services.thread import comment_create
 from paperclip.core import rows
@@ -121,7 +121,7 @@ def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue
     description mentions the task's address, and that no live link of this instance holds. A
     statement built once (every import asks); the "held" check probes the candidates' links by
     index, so it does not grow with the instance's links."""
-    params = [rows.pk_value(Issue, instance.company_id), OriginKind.CONNECTOR,
+    params = [rows.pk_value(Company, instance.company_id), OriginKind.CONNECTOR,
               content.attribution_key(instance.pk, task.external_id)]
     if task.url:
         params += [f"%{connection.ops.prep_for_like_query(task.url)}%", reference_pattern(task.url)]

@@ -58,11 +58,8 @@ def _rules_sql() -> str:
 def _enabled_rules(instance) -> list[RoutingRule]:
     """The instance's enabled rules with their target agents (every import reads them: a statement
     built once, not a compiled queryset)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_rules_sql(), [rows.pk_value(ConnectorInstance, instance.pk)])
-        found = cursor.fetchall()
     rules = []
-    for row in found:
+    for row in rows.fetch_rows(_rules_sql(), [rows.pk_value(ConnectorInstance, instance.pk)]):
         rule, agent = rows.split(row, RoutingRule, Agent)
         RoutingRule.target_agent.field.set_cached_value(rule, agent if rule.target_agent_id else None)
         rules.append(rule)

@@ -15,7 +15,7 @@ def _send_dispatch(keys):
 
 
 _DISPATCH = "dispatch"
-dispatch_kicker = Kicker(_send_dispatch, batch=1,
+dispatch_kicker = Kicker(_send_dispatch, batch=1, name="dispatch-kicks",
                          linger=float(settings.PAPERCLIP.get("DISPATCH_KICK_LINGER_MS", 10.0)) / 1000)
 atexit.register(dispatch_kicker.flush, 2.0)  # best effort: the worker's poll and the sweep cover the rest
 

@@ -20,13 +20,15 @@ class Kicker:
 
     Under load it lingers: a round of messages goes out at most every ``linger`` seconds, so the
     kicks of a burst share messages instead of each paying for its own publish; a kick after a quiet
-    spell goes out at once. Losing one costs only latency: a kick lost with the process, dropped
-    when over ``limit`` or refused by the broker is found by the sweep (``connectors.tasks.sweep``:
-    pending events older than ``STALE_PENDING_SECONDS``). With ``CELERY_TASK_ALWAYS_EAGER`` (the
-    test suite) it sends at once, in the caller's thread."""
+    spell goes out at once. A kick must only ever save latency: one lost with the process, dropped
+    when over ``limit`` or refused by the broker is found by its owner's safety net (the connectors'
+    sweep of stale pending events, the dispatcher's periodic pass). With ``CELERY_TASK_ALWAYS_EAGER``
+    (the test suite) it sends at once, in the caller's thread. ``name`` names its thread."""
 
-    def __init__(self, send_many, *, batch: int = 8, linger: float = 0.01, limit: int = 10_000):
+    def __init__(self, send_many, *, batch: int = 8, linger: float = 0.01, limit: int = 10_000,
+                 name: str = "kicks"):
         self.send_many, self.batch, self.linger, self.limit = send_many, max(1, batch), max(0.0, linger), limit
+        self.name = name
         self._lock = threading.Lock()
         self._pending: dict = {}  # an ordered set: insertion order is send order
         self._wake = threading.Event()
@@ -41,7 +43,7 @@ class Kicker:
         with self._lock:
             if self._pid != os.getpid():  # first use in this process (or after a fork): own thread
                 self._pid, self._pending = os.getpid(), {}
-                threading.Thread(target=self._run, name="connector-kicks", daemon=True).start()
+                threading.Thread(target=self._run, name=self.name, daemon=True).start()
             if key not in self._pending and len(self._pending) >= self.limit:
                 log.warning("kick %s dropped (%d waiting); the sweep will pick it up", key, self.limit)
                 return

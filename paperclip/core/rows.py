@@ -85,6 +85,13 @@ def fetch_row(sql: str, params, *, using: str = DEFAULT_DB_ALIAS):
         return cursor.fetchone()
 
 
+def fetch_rows(sql: str, params, *, using: str = DEFAULT_DB_ALIAS) -> list:
+    """Every row ``sql`` returns."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
 def split(row, *models) -> list:
     """A joined row (each model's :func:`select_list` in turn; a model may be given as
     ``(model, exclude)``) as one instance per model."""
@@ -110,6 +117,14 @@ def insert_fields(model) -> tuple:
     return tuple(f for f in model._meta.concrete_fields if not (generated and f.primary_key))
 
 
+def _insert_into(model, alias: str, on_conflict=None) -> str:
+    """``INSERT INTO t (the insert_fields' columns) VALUES `` (the rows follow)."""
+    connection = connections[alias]
+    qn = connection.ops.quote_name
+    return (f"{connection.ops.insert_statement(on_conflict=on_conflict)} {qn(model._meta.db_table)} "
+            f"({', '.join(qn(f.column) for f in insert_fields(model))}) VALUES ")
+
+
 @lru_cache(maxsize=None)
 def _insert_plan(model, alias: str, skip_conflicts: bool) -> tuple:
     """(sql, fields, generated) of a one-row INSERT of ``model`` (:func:`insert_fields`; a
@@ -123,8 +138,7 @@ def _insert_plan(model, alias: str, skip_conflicts: bool) -> tuple:
         raise NotImplementedError(f"{connection.vendor} cannot return columns from an INSERT")
     fields = insert_fields(model)
     on_conflict = OnConflict.IGNORE if skip_conflicts else None
-    sql = (f"{connection.ops.insert_statement(on_conflict=on_conflict)} {qn(model._meta.db_table)} "
-           f"({', '.join(qn(f.column) for f in fields)}) VALUES ({', '.join(['%s'] * len(fields))})")
+    sql = f"{_insert_into(model, alias, on_conflict)}({', '.join(['%s'] * len(fields))})"
     suffix = connection.ops.on_conflict_suffix_sql(fields, on_conflict, None, None) if skip_conflicts else ""
     if suffix:
         sql += f" {suffix}"
@@ -162,17 +176,15 @@ def insert_many(objs, *, using: str = DEFAULT_DB_ALIAS) -> None:
         return
     model = type(objs[0])
     connection = connections[using]
-    qn = connection.ops.quote_name
     fields = insert_fields(model)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    sql = _insert_into(model, using) + ", ".join([row] * len(objs))
     params = []
     for obj in objs:
         obj._prepare_related_fields_for_save(operation_name="insert")
         for f in fields:
             value = getattr(obj, f.attname)
             params.append(f.get_db_prep_save(f.pre_save(obj, True) if value is None else value, connection))
-    row = f"({', '.join(['%s'] * len(fields))})"
-    sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-           f"VALUES {', '.join([row] * len(objs))}")
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
     for obj in objs:
@@ -189,6 +201,11 @@ def _update_sql(model, alias: str, names: tuple) -> tuple:
     return sql, fields
 
 
+def _update_params(obj, fields, connection) -> list:
+    return ([f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
+            + [type(obj)._meta.pk.get_db_prep_value(obj.pk, connection)])
+
+
 def update_fields(obj, names, *, using: str = DEFAULT_DB_ALIAS) -> int:
     """``obj.save(update_fields=names)`` for a saved row (``pre_save`` for each named field, so a named
     ``auto_now`` field is bumped; ``get_db_prep_save`` for every value; no signals: use it for models
@@ -196,8 +213,17 @@ def update_fields(obj, names, *, using: str = DEFAULT_DB_ALIAS) -> int:
     updated."""
     connection = connections[using]
     sql, fields = _update_sql(type(obj), using, tuple(names))
-    params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
-    params.append(type(obj)._meta.pk.get_db_prep_value(obj.pk, connection))
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, _update_params(obj, fields, connection))
         return cursor.rowcount
+
+
+def update_many(objs, names, *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """:func:`update_fields` for several saved rows of one model, sent as one ``executemany`` (psycopg
+    pipelines it: one round trip)."""
+    if not objs:
+        return
+    connection = connections[using]
+    sql, fields = _update_sql(type(objs[0]), using, tuple(names))
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [_update_params(obj, fields, connection) for obj in objs])
