@@ -92,3 +92,28 @@ def test_insert_skipping_conflicts_keeps_the_first_row(company):
     assert first is not None and first.pk is not None
     assert rows.insert(event(), skip_conflicts=True) is None  # the unique key refused it; nothing raised
     assert list(InboundEvent.objects.values_list("pk", flat=True)) == [first.pk]
+
+
+def test_insert_many_writes_every_row_and_keeps_a_time_already_set(company):
+    earlier = timezone.now() - timezone.timedelta(minutes=5)
+    made = [ActivityLog(company=company, actor_type="system", action=f"x.{n}", entity_type="issue", entity_id="e",
+                        details={"n": n}, created_at=earlier if n == 0 else None) for n in range(3)]
+    before = timezone.now()
+    rows.insert_many(made)
+    stored = list(ActivityLog.objects.filter(action__startswith="x.").order_by("id"))
+    assert [(r.action, r.details) for r in stored] == [("x.0", {"n": 0}), ("x.1", {"n": 1}), ("x.2", {"n": 2})]
+    assert stored[0].created_at == earlier  # recorded earlier: kept
+    assert all(r.created_at >= before for r in stored[1:])  # unset: auto_now_add fills it in, as insert does
+
+
+def test_update_fields_and_update_many_write_only_the_named_fields(company):
+    issues = [IssueFactory(company=company, title=f"t{n}", description="d") for n in range(3)]
+    created = {i.pk: i.updated_at for i in issues}
+    for n, issue in enumerate(issues):
+        issue.title, issue.description = f"new {n}", "not saved"
+    rows.update_fields(issues[0], ["title", "updated_at"])
+    rows.update_many(issues[1:], ["title", "updated_at"])
+    stored = {i.pk: i for i in Issue.objects.filter(pk__in=[i.pk for i in issues])}
+    assert [(stored[i.pk].title, stored[i.pk].description) for i in issues] == [(f"new {n}", "d") for n in range(3)]
+    # updated_at named: bumped by pre_save, as save() does, and written as bumped
+    assert all(stored[i.pk].updated_at == i.updated_at > created[i.pk] for i in issues)
