@@ -11,19 +11,10 @@ def process_task_events(instance_id: str, external_task_id: str):
 
 @shared_task(ignore_result=True, acks_late=True)
 def process_task_events_many(keys: list):
-    """Several tasks' queues, one after another (the kicks of a burst share a message). One task's
-    failure does not keep the others waiting: it is raised (and so logged) after they ran, and the
-    sweep retries what it left pending."""
-    from connectors.services.inbound import task_events_process
+    """Several tasks' queues (the kicks of a burst share a message)."""
+    from connectors.services.inbound import task_queues_process
 
-    failure = None
-    for instance_id, external_task_id in keys:
-        try:
-            task_events_process(instance_id=instance_id, external_task_id=external_task_id)
-        except Exception as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
+    task_queues_process(keys)
 
 
 @shared_task(ignore_result=True, acks_late=True)

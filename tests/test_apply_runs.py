@@ -4,6 +4,7 @@ one attempt and is retried on its own, with nothing of it or of the events befor
 applied twice; the events behind it wait in order; each outcome is logged once; and an import (which
 holds the company's issue counter) commits before the rest of its task's queue is applied."""
 import logging
+import threading
 
 import pytest
 from django.db import connection
@@ -128,3 +129,46 @@ def test_a_runs_audit_rows_are_written_together_in_the_order_they_happened():
     assert all(row.details.get("eventKey") for row in new)  # each still names the event that caused it
     # PostgreSQL: the batch, and the wake's own statement (its fast path); SQLite: the batch alone.
     assert len(inserts) == (2 if connection.vendor == "postgresql" else 1), inserts
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a held queue head needs PostgreSQL row locks")
+def test_a_kick_that_finds_the_head_held_is_applied_by_its_holder(monkeypatch):
+    """A worker whose claim finds the task's head locked leaves the queue to the holder at once, so
+    the holder claims once more after its run: an event stored meanwhile (its kick met the held head)
+    is applied by it, not left to the sweep."""
+    instance, store, raw = imported()
+    _edit(instance, store, raw, "first")
+    inside, release = threading.Event(), threading.Event()
+    real = inbound.link_apply_task
+
+    def held_apply(*args, **kwargs):  # the holder is mid-run, its claim's row locks held
+        inside.set()
+        assert release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbound, "link_apply_task", held_apply)
+    counts, errors = {}, []
+
+    def holder():
+        try:
+            counts.update(inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"]))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        monkeypatch.setattr(inbound, "link_apply_task", real)
+        _edit(instance, store, raw, "second")  # stored (and committed) while the head is held
+        kicked = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
+        assert kicked["applied"] == 0  # the head is held: the kick's worker leaves the queue to its holder
+    finally:
+        release.set()
+        thread.join(60)
+    assert not thread.is_alive() and not errors, errors
+    assert counts["applied"] == 2  # its run, then the event stored meanwhile
+    assert not InboundEvent.objects.filter(instance=instance).exclude(status=EventStatus.APPLIED).exists()
+    assert TaskLink.objects.select_related("issue").get(instance=instance).issue.title == "second"

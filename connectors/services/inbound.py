@@ -169,6 +169,44 @@ def task_events_process(*, instance_id, external_task_id: str, limit: int = 200)
     return counts
 
 
+def task_queues_process(keys) -> None:
+    """Several tasks' queues, one after another (a burst's kicks share one message; ``keys`` are
+    ``(instance_id, external_task_id)`` pairs). One statement first finds which of them have
+    unfinished events: in a burst a task is named again for events its first message already applied,
+    and such a name then costs nothing more. Skipping it is safe: an event stored after that
+    statement is kicked by its own commit. One task's failure does not keep the others waiting: it is
+    raised after they ran, and the sweep retries what it left pending."""
+    pending = _with_unfinished_events(keys)
+    failure = None
+    for instance_id, external_task_id in dict.fromkeys((str(i), t) for i, t in keys):
+        if (instance_id, external_task_id) not in pending:
+            continue
+        try:
+            task_events_process(instance_id=instance_id, external_task_id=external_task_id)
+        except Exception as exc:  # noqa: BLE001 — raised below, after the other tasks ran
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+def _with_unfinished_events(keys) -> set[tuple[str, str]]:
+    """The ``(instance id, task id)`` pairs among ``keys`` with an unfinished event (no lock taken)."""
+    by_instance: dict[str, set[str]] = {}
+    for instance_id, external_task_id in keys:
+        by_instance.setdefault(str(instance_id), set()).add(external_task_id)
+    found = set()
+    for instance_id, task_ids in by_instance.items():
+        try:
+            uuid.UUID(instance_id)
+        except ValueError:  # a malformed message: task_events_process refuses it, so it is raised and logged
+            found.update((instance_id, t) for t in task_ids)
+            continue
+        found.update((instance_id, t) for t in InboundEvent.objects.filter(
+            instance_id=instance_id, external_task_id__in=task_ids, status__in=UNFINISHED_EVENT_STATUSES,
+        ).values_list("external_task_id", flat=True).distinct())
+    return found
+
+
 def _schedule_retry(instance_id, external_task_id, when):
     from .kicks import task_events_retry
 
