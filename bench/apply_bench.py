@@ -11,17 +11,21 @@ and a run, like production imports do, not the triage-fallback path.
 
 * Baseline (same run): bare ORM inserts of the rows an import adds that the issue names, one
   ``Issue``, one ``TaskLink`` and one ``WakeupRequest`` per event, each event in one transaction,
-  by this process.
+  by this process. It is measured next to every figure it is compared with, because this machine's
+  speed drifts by tens of percent within minutes: before each in-process round, and before and
+  after each Celery phase.
 * Apply, one worker process: this process applies a copy of the backlog with exactly the code a
   Celery worker runs (``task_events_process`` per task); events/s and the ratio to the baseline
-  (target >= 0.5). ``--profile`` also prints cProfile's top functions and the statements of each
-  event of one task.
+  (target >= 0.5), in ``--rounds`` alternating baseline / apply pairs (default 3), the median ratio
+  reported. ``--profile`` also prints cProfile's top functions and the statements of each event of
+  one task.
 * Scaling: a copy of the backlog for 1 worker and another for 2 workers, each applied by real
   Celery workers (``celery -A paperclip worker -c 1 -Q apply_bench``, Redis broker on 127.0.0.1),
   kicked as intake's Kicker kicks a burst: one ``process_task_events_many`` message per
   ``--kick-batch`` stored events (default ``PAPERCLIP_CONNECTOR_KICK_BATCH_SIZE``, 8), naming their
   tasks; ``--kick-batch 1`` sends one ``process_task_events`` message per event. Rate = events over
   the window between the first and the last ``applied_at`` (worker start-up is not counted).
+  Per-worker ratio against the mean of the baselines measured right before and after the phase.
   Ratio 2 workers / 1 worker (target >= 1.6). Then every event is checked: applied exactly once
   (attempts = 1, one issue and one link per task, one comment per comment event) and in its task's
   order (``applied_at`` increases with ``id`` within a task; the last edit's title is the issue's).
@@ -42,6 +46,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,7 +104,7 @@ def create_bench_data(args) -> dict:
     data = {"agents": {}, "instances": {}, "companies": {}}
     mapping = {"open": "backlog", "closed": "terminal", "labels": {"in progress": "active"}}
     # One company per measured backlog: every run starts from the same issue counter and table shape.
-    for label in ("template", "baseline", "inproc", "celery1", "celery2"):
+    for label in ("template", "baseline", *(f"inproc{r}" for r in range(args.rounds)), "celery1", "celery2"):
         company = company_create(name=f"Apply Bench {label}", issue_prefix=f"AB{label[:2].upper()}{len(data['companies'])}")
         data["companies"][label] = company
         agents = [agent_create(company=company, name=f"a{n}", role="engineer") for n in range(args.agents)]
@@ -177,8 +182,9 @@ def copy_backlog(source, target, tasks: int | None = None) -> int:
 
 
 # ------------------------------------------------------------------------------------ baseline
-def baseline(company, agents, events: int) -> dict:
-    """Bare ORM inserts of one Issue, one TaskLink and one WakeupRequest per event, one transaction each."""
+def baseline(company, agents, events: int, start: int = 1) -> dict:
+    """Bare ORM inserts of one Issue, one TaskLink and one WakeupRequest per event, one transaction each;
+    numbered from ``start`` (the baseline is measured several times into one company)."""
     from django.db import transaction
 
     from connectors.models import TaskLink
@@ -186,7 +192,7 @@ def baseline(company, agents, events: int) -> dict:
 
     instance = company._bench_instance
     t0 = time.perf_counter()
-    for n in range(1, events + 1):
+    for n in range(start, start + events):
         agent = agents[n % len(agents)]
         with transaction.atomic():
             issue = Issue.objects.create(company=company, number=n, identifier=f"{company.issue_prefix}-{n}",
@@ -433,6 +439,8 @@ def main(argv=None):
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--inproc-tasks", type=int, default=100, help="tasks of the in-process apply")
     parser.add_argument("--baseline-events", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating baseline / in-process apply pairs (the median ratio is reported)")
     parser.add_argument("--redis-db", type=int, default=6)
     parser.add_argument("--phase-timeout", type=float, default=600)
     parser.add_argument("--worker-conn-max-age", type=int, default=None)
@@ -478,7 +486,8 @@ def main(argv=None):
     stored = store_backlog(inst["template"], args)
     store_s = time.perf_counter() - t0
     ConnectorInstance.objects.filter(pk=inst["template"].pk).update(status=InstanceStatus.PAUSED)
-    copied = {"inproc": copy_backlog(inst["template"], inst["inproc"], tasks=args.inproc_tasks)}
+    copied = {f"inproc{r}": copy_backlog(inst["template"], inst[f"inproc{r}"], tasks=args.inproc_tasks)
+              for r in range(args.rounds)}
     if not args.skip_celery:
         for label in ("celery1", "celery2"):  # (a copy for each measured worker count)
             copied[label] = copy_backlog(inst["template"], inst[label])
@@ -488,33 +497,56 @@ def main(argv=None):
 
     base_company = data["companies"]["baseline"]
     base_company._bench_instance = inst["baseline"]
-    base = baseline(base_company, data["agents"]["baseline"], args.baseline_events)
-    print(f"baseline (bare Issue + TaskLink + WakeupRequest inserts, one transaction per event): "
-          f"{base['events_per_s']:.1f} events/s", flush=True)
-    out = {"baseline": base, "tasks": args.tasks, "per_task": args.per_task, "agents": args.agents,
+    bases = []  # every baseline measured, in order: each measured figure is compared with the ones next to it
+
+    def measure_baseline() -> dict:
+        b = baseline(base_company, data["agents"]["baseline"], args.baseline_events,
+                     start=1 + len(bases) * args.baseline_events)
+        bases.append(b)
+        print(f"baseline #{len(bases)} (bare Issue + TaskLink + WakeupRequest inserts, one transaction per "
+              f"event): {b['events_per_s']:.1f} events/s", flush=True)
+        return b
+
+    out = {"tasks": args.tasks, "per_task": args.per_task, "agents": args.agents, "rounds": args.rounds,
            "kick_batch": args.kick_batch, "worker_conn_max_age": args.worker_conn_max_age,
            "load_average_start": os.getloadavg()[0]}
     if args.profile:
-        out["profile"] = profile_one(inst["inproc"], args)
-    inproc = apply_inproc(inst["inproc"]) if not args.skip_inproc else {"events": 0, "events_per_s": float("nan")}
-    inproc["problems"] = verify(inst["inproc"], args) if not (args.profile or args.skip_inproc) else []
-    inproc["ratio_to_baseline"] = inproc["events_per_s"] / base["events_per_s"]
-    out["inproc"] = inproc
-    print(f"apply, one worker process (in-process): {inproc['events']} events, {inproc['events_per_s']:.1f} "
-          f"events/s = {inproc['ratio_to_baseline']:.2f} x baseline (target >= {TARGET_PER_WORKER}); "
-          f"{len(inproc['problems'])} problems", flush=True)
+        out["profile"] = profile_one(inst["inproc0"], args)
+    inproc_rounds = []
+    for r in range(args.rounds if not args.skip_inproc else 0):
+        base = measure_baseline()  # (the round's pair: its baseline, then its apply)
+        one = apply_inproc(inst[f"inproc{r}"])
+        one["problems"] = verify(inst[f"inproc{r}"], args) if not args.profile else []
+        one["baseline_events_per_s"] = base["events_per_s"]
+        one["ratio_to_baseline"] = one["events_per_s"] / base["events_per_s"]
+        inproc_rounds.append(one)
+        print(f"apply, one worker process (in-process), round {r + 1}: {one['events']} events, "
+              f"{one['events_per_s']:.1f} events/s = {one['ratio_to_baseline']:.2f} x its baseline; "
+              f"{len(one['problems'])} problems", flush=True)
+    if inproc_rounds:
+        ratios = [one["ratio_to_baseline"] for one in inproc_rounds]
+        out["inproc"] = {"rounds": inproc_rounds, "ratio_to_baseline": statistics.median(ratios),
+                         "events_per_s": statistics.median(one["events_per_s"] for one in inproc_rounds),
+                         "problems": [p for one in inproc_rounds for p in one["problems"]]}
+        print(f"apply, one worker process (in-process): median ratio {out['inproc']['ratio_to_baseline']:.2f} x "
+              f"baseline over {len(ratios)} alternating rounds ({', '.join(f'{x:.2f}' for x in ratios)}; "
+              f"target >= {TARGET_PER_WORKER})", flush=True)
     if not args.skip_celery:
         runs = {}
         for workers in [int(w) for w in args.workers.split(",")]:
             label = f"celery{min(workers, 2)}"
+            before = measure_baseline()
             r = apply_celery(inst[label], workers, args)
+            after = measure_baseline()
             r["problems"] = verify(inst[label], args)
-            r["ratio_to_baseline_per_worker"] = r["events_per_s"] / workers / base["events_per_s"]
+            # Against the baselines measured right before and right after it: the machine's speed drifts.
+            r["baseline_events_per_s"] = (before["events_per_s"] + after["events_per_s"]) / 2
+            r["ratio_to_baseline_per_worker"] = r["events_per_s"] / workers / r["baseline_events_per_s"]
             runs[workers] = r
             print(f"apply, {workers} Celery worker(s): {r['events']} events ({r['messages']} messages) in "
                   f"{r['window_s']:.1f}s = {r['events_per_s']:.1f} events/s "
-                  f"({r['ratio_to_baseline_per_worker']:.2f} x baseline per worker); left {r['left']}; "
-                  f"{len(r['problems'])} problems {r['problems'][:3]}", flush=True)
+                  f"({r['ratio_to_baseline_per_worker']:.2f} x the baselines around it, per worker); "
+                  f"left {r['left']}; {len(r['problems'])} problems {r['problems'][:3]}", flush=True)
             print(f"    worker CPU {r['worker_cpu_ms_per_event']:.1f} ms/event (Celery processes, start-up "
                   f"included); load average {r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f}")
             w = r["lock_wait_samples"]
@@ -523,6 +555,8 @@ def main(argv=None):
         out["celery"] = runs
         out["scaling_2w_over_1w"] = scaling
         print(f"scaling: 2 workers / 1 worker = {scaling:.2f} (target >= {TARGET_SCALING})")
+    out["baselines"] = bases
+    out["baseline"] = {"events_per_s": statistics.median(b["events_per_s"] for b in bases)} if bases else {}
     redis_empty(args.redis_db)
     out["load_average_end"] = os.getloadavg()[0]
     args.output.write_text(json.dumps(out, indent=2, default=str))
