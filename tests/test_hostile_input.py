@@ -5,6 +5,7 @@ refuse what SQLite quietly stores)."""
 import hashlib
 import hmac
 import json
+import random
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -282,6 +283,40 @@ def test_nesting_at_the_configured_depth_is_accepted(w, settings):
 ])
 def test_depth_scanner(text, too_deep):
     assert json_depth_exceeds(text, 3) is too_deep
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def test_depth_scanner_agrees_with_the_parser_on_generated_documents():
+    """Documents whose strings (and keys) are full of brackets, quotes, backslashes and non-ASCII
+    text, written with and without ASCII escapes: the scanner's answer is the parsed depth's."""
+    rng = random.Random(19)
+    alphabet = ['[', ']', '{', '}', '"', '\\', '\\"', '"\\', 'a', ' ', 'é', '✓', '/', ':', ',', '\n']
+
+    def text():
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+
+    def document(level):
+        kind = rng.random() if level < 9 else 1.0
+        if kind < 0.35:
+            return [document(level + 1) for _ in range(rng.randint(0, 3))]
+        if kind < 0.7:
+            return {text(): document(level + 1) for _ in range(rng.randint(0, 3))}
+        return rng.choice([text(), 7, None, True, 2.5])
+
+    for _ in range(400):
+        doc = document(0)
+        depth = _depth(doc)
+        for dumped in (json.dumps(doc), json.dumps(doc, ensure_ascii=False)):
+            for limit in range(1, 10):
+                assert json_depth_exceeds(dumped, limit) is (depth > limit), (dumped, limit, depth)
+                assert json_depth_exceeds(dumped.encode(), limit) is (depth > limit), (dumped, limit, depth)
 
 
 def github_issue_body(**replace) -> bytes:
