@@ -50,7 +50,9 @@ def test_a_message_naming_drained_queues_claims_only_the_pending_ones():
     whole queue, so the later ones find it drained. One statement tells which named tasks have
     unfinished events, and only those are claimed."""
     instance, store, raw = imported()
-    drained = [(instance.pk, raw["id"]), (instance.pk, "no-such-task"), (str(instance.pk), raw["id"])]
+    other, _, other_raw = imported()  # another connector's task in the same message
+    drained = [(instance.pk, raw["id"]), (instance.pk, "no-such-task"), (str(instance.pk), raw["id"]),
+               (str(other.pk), other_raw["id"])]
     with CaptureQueriesContext(connection) as ctx:
         inbound.task_queues_process(drained)
     statements = [q["sql"] for q in ctx.captured_queries if not q["sql"].upper().startswith(CONTROL)]

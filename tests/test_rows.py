@@ -2,6 +2,7 @@
 the same values (UUIDs, datetimes, booleans, JSON, foreign keys) on PostgreSQL and on SQLite, deferred
 fields left deferred, and inserts that behave as ``save()`` for a new row."""
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -95,7 +96,7 @@ def test_insert_skipping_conflicts_keeps_the_first_row(company):
 
 
 def test_insert_many_writes_every_row_and_keeps_a_time_already_set(company):
-    earlier = timezone.now() - timezone.timedelta(minutes=5)
+    earlier = timezone.now() - timedelta(minutes=5)
     made = [ActivityLog(company=company, actor_type="system", action=f"x.{n}", entity_type="issue", entity_id="e",
                         details={"n": n}, created_at=earlier if n == 0 else None) for n in range(3)]
     before = timezone.now()

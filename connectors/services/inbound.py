@@ -6,6 +6,7 @@ import uuid
 from functools import lru_cache
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from connectors.choices import (
@@ -176,11 +177,8 @@ def task_queues_process(keys) -> None:
     and such a name then costs nothing more. Skipping it is safe: an event stored after that
     statement is kicked by its own commit. One task's failure does not keep the others waiting: it is
     raised after they ran, and the sweep retries what it left pending."""
-    pending = _with_unfinished_events(keys)
     failure = None
-    for instance_id, external_task_id in dict.fromkeys((str(i), t) for i, t in keys):
-        if (instance_id, external_task_id) not in pending:
-            continue
+    for instance_id, external_task_id in _with_unfinished_events(keys):
         try:
             task_events_process(instance_id=instance_id, external_task_id=external_task_id)
         except Exception as exc:  # noqa: BLE001 — raised below, after the other tasks ran
@@ -189,22 +187,24 @@ def task_queues_process(keys) -> None:
         raise failure
 
 
-def _with_unfinished_events(keys) -> set[tuple[str, str]]:
-    """The ``(instance id, task id)`` pairs among ``keys`` with an unfinished event (no lock taken)."""
-    by_instance: dict[str, set[str]] = {}
-    for instance_id, external_task_id in keys:
-        by_instance.setdefault(str(instance_id), set()).add(external_task_id)
-    found = set()
-    for instance_id, task_ids in by_instance.items():
+def _with_unfinished_events(keys) -> list[tuple[str, str]]:
+    """The pairs of ``keys`` (each once, in order) whose task has an unfinished event, found in one
+    statement (no lock taken). A pair naming no well-formed instance id is kept: ``task_events_process``
+    refuses it, so it is raised and logged."""
+    named = list(dict.fromkeys((str(instance_id), task_id) for instance_id, task_id in keys))
+    ids = {}
+    for instance_id, _ in named:
         try:
-            uuid.UUID(instance_id)
-        except ValueError:  # a malformed message: task_events_process refuses it, so it is raised and logged
-            found.update((instance_id, t) for t in task_ids)
-            continue
-        found.update((instance_id, t) for t in InboundEvent.objects.filter(
-            instance_id=instance_id, external_task_id__in=task_ids, status__in=UNFINISHED_EVENT_STATUSES,
-        ).values_list("external_task_id", flat=True).distinct())
-    return found
+            ids[instance_id] = uuid.UUID(instance_id)
+        except ValueError:
+            pass
+    wanted = Q()
+    for instance_id, task_id in named:
+        if instance_id in ids:
+            wanted |= Q(instance_id=ids[instance_id], external_task_id=task_id)
+    found = set(InboundEvent.objects.filter(wanted, status__in=UNFINISHED_EVENT_STATUSES).values_list(
+        "instance_id", "external_task_id").distinct()) if wanted else set()
+    return [(i, t) for i, t in named if i not in ids or (ids[i], t) in found]
 
 
 def _schedule_retry(instance_id, external_task_id, when):

@@ -45,7 +45,7 @@ class Kicker:
                 self._pid, self._pending = os.getpid(), {}
                 threading.Thread(target=self._run, name=self.name, daemon=True).start()
             if key not in self._pending and len(self._pending) >= self.limit:
-                log.warning("kick %s dropped (%d waiting); the sweep will pick it up", key, self.limit)
+                log.warning("%s: kick %s dropped (%d waiting); the sweep will pick it up", self.name, key, self.limit)
                 return
             self._pending[key] = None
             self._idle.clear()
@@ -71,7 +71,7 @@ class Kicker:
                 try:
                     self.send_many(chunk)
                 except Exception:  # broker down: the sweep picks the work up
-                    log.warning("kicks %s not sent; the sweep will pick them up", chunk)
+                    log.warning("%s: kicks %s not sent; the sweep will pick them up", self.name, chunk)
             with self._lock:
                 if not self._pending:
                     self._idle.set()

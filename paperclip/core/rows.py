@@ -117,6 +117,11 @@ def insert_fields(model) -> tuple:
     return tuple(f for f in model._meta.concrete_fields if not (generated and f.primary_key))
 
 
+def _placeholders(fields) -> str:
+    """``(%s, %s, …)``: one row's values."""
+    return f"({', '.join(['%s'] * len(fields))})"
+
+
 def _insert_into(model, alias: str, on_conflict=None) -> str:
     """``INSERT INTO t (the insert_fields' columns) VALUES `` (the rows follow)."""
     connection = connections[alias]
@@ -138,7 +143,7 @@ def _insert_plan(model, alias: str, skip_conflicts: bool) -> tuple:
         raise NotImplementedError(f"{connection.vendor} cannot return columns from an INSERT")
     fields = insert_fields(model)
     on_conflict = OnConflict.IGNORE if skip_conflicts else None
-    sql = f"{_insert_into(model, alias, on_conflict)}({', '.join(['%s'] * len(fields))})"
+    sql = _insert_into(model, alias, on_conflict) + _placeholders(fields)
     suffix = connection.ops.on_conflict_suffix_sql(fields, on_conflict, None, None) if skip_conflicts else ""
     if suffix:
         sql += f" {suffix}"
@@ -177,8 +182,7 @@ def insert_many(objs, *, using: str = DEFAULT_DB_ALIAS) -> None:
     model = type(objs[0])
     connection = connections[using]
     fields = insert_fields(model)
-    row = f"({', '.join(['%s'] * len(fields))})"
-    sql = _insert_into(model, using) + ", ".join([row] * len(objs))
+    sql = _insert_into(model, using) + ", ".join([_placeholders(fields)] * len(objs))
     params = []
     for obj in objs:
         obj._prepare_related_fields_for_save(operation_name="insert")
