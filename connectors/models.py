@@ -189,7 +189,9 @@ class TaskLink(UUIDModel):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["instance", "status"], name="link_instance_status_idx")]
+        indexes = [models.Index(fields=["instance", "status"], name="link_instance_status_idx"),
+                   # every import reads the task's links of any instance and status (backlinks.task_pairings)
+                   models.Index(fields=["company", "external_task_id", "provider_key"], name="link_task_pairings_idx")]
         constraints = [
             models.UniqueConstraint(fields=["instance", "external_task_id"], condition=~Q(status=LinkStatus.UNLINKED),
                                     name="link_one_active_per_external_task"),

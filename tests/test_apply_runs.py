@@ -76,7 +76,7 @@ def test_a_run_applies_its_events_in_order_with_one_claim(settings):
     with CaptureQueriesContext(connection) as ctx:
         counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
     assert counts["applied"] == 10
-    assert _claims(ctx) == 4  # runs of 4, 4 and 2, then the claim that finds the queue empty
+    assert _claims(ctx) == 3  # runs of 4, 4 and 2 (the last took the whole queue: a look ends it, no claim)
     events = list(InboundEvent.objects.filter(instance=instance).order_by("id"))
     assert all(e.status == EventStatus.APPLIED and e.attempts == 1 for e in events)
     applied_at = [e.applied_at for e in events]
@@ -96,7 +96,7 @@ def test_an_import_commits_before_the_rest_of_its_tasks_queue():
     with CaptureQueriesContext(connection) as ctx:
         counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
     assert counts["applied"] == 3
-    assert _claims(ctx) == 3  # the import alone, the edit and the comment, the empty queue
+    assert _claims(ctx) == 2  # the import alone, then the edit and the comment (the whole queue: a look ends it)
     assert not InboundEvent.objects.exclude(status=EventStatus.APPLIED).exists()
 
 
@@ -172,3 +172,39 @@ def test_a_kick_that_finds_the_head_held_is_applied_by_its_holder(monkeypatch):
     assert counts["applied"] == 2  # its run, then the event stored meanwhile
     assert not InboundEvent.objects.filter(instance=instance).exclude(status=EventStatus.APPLIED).exists()
     assert TaskLink.objects.select_related("issue").get(instance=instance).issue.title == "second"
+
+
+def test_a_run_writes_the_links_last_inbound_at_once(settings):
+    """A tracker comment moves the link's ``lastInboundAt``; in a run where an earlier event wrote it
+    already (an edit, or a comment before it), the comment leaves the link's row alone: that value
+    is milliseconds old and commits with it."""
+    instance, store, raw = imported()
+    settings.CONNECTORS = {**settings.CONNECTORS, "APPLY_BATCH_SIZE": 8}
+    link = TaskLink.objects.get(instance=instance)
+    _queue(instance, store, raw, "comment-alone", comment=store.add_comment(raw["id"], "alone"))
+    with CaptureQueriesContext(connection) as ctx:
+        assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 1
+    assert _link_touches(ctx) == 1
+    alone = TaskLink.objects.get(pk=link.pk).last_inbound_at
+    assert alone is not None
+
+    _edit(instance, store, raw, "edited")
+    for n in range(2):
+        _queue(instance, store, raw, f"comment-{n}", comment=store.add_comment(raw["id"], f"burst {n}"))
+    with CaptureQueriesContext(connection) as ctx:
+        assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 3
+    assert _link_touches(ctx) == 1  # the edit's write of the link; the comments after it add none
+    assert TaskLink.objects.get(pk=link.pk).last_inbound_at > alone
+    assert [c.body.rsplit("\n", 1)[-1] for c in Comment.objects.filter(issue_id=link.issue_id)
+            .order_by("created_at")] == ["alone", "burst 0", "burst 1"]
+
+    for n in range(2):  # comments alone in their run: the first writes it, the second does not
+        _queue(instance, store, raw, f"more-{n}", comment=store.add_comment(raw["id"], f"more {n}"))
+    with CaptureQueriesContext(connection) as ctx:
+        assert inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])["applied"] == 2
+    assert _link_touches(ctx) == 1
+
+
+def _link_touches(ctx):
+    return len([q for q in ctx.captured_queries if q["sql"].startswith("UPDATE") and "connectors_tasklink" in q["sql"]
+                and "last_inbound_at" in q["sql"]])

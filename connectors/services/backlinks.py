@@ -15,11 +15,13 @@ it exists for: a re-import after an unlink, a second instance of the same tracke
 issue. A task never linked here is not read at all, so a first import costs no provider call."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import unquote, urlsplit
 
 from django.db import connection
 
+from connectors.choices import LinkStatus
 from connectors.models import ConnectorInstance, TaskLink
 from connectors.providers.base import ExternalTask, ExternalTaskRef
 from issues.models import Company, Issue
@@ -45,27 +47,40 @@ def supported(instance: ConnectorInstance) -> bool:
     return "find_backlinks" in adapter_class(instance.provider_key).capabilities.operations
 
 
+@dataclass(frozen=True)
+class TaskPairings:
+    """What this company's links of the provider say about one task, in any status (link records
+    are kept after an unlink, §6.1)."""
+    issue_ids: frozenset  # the issues they paired with it (ids as the driver gives them: ORM filters read either)
+    unlinked_here: bool  # an operator unlinked it on this instance (§6.4): events must not re-import it
+
+
 @lru_cache(maxsize=1)
-def _paired_sql() -> str:
-    return (f"SELECT l.issue_id FROM {connection.ops.quote_name(TaskLink._meta.db_table)} l "
-            f"WHERE l.company_id = %s AND l.provider_key = %s AND l.external_task_id = %s")
+def _pairings_sql() -> str:
+    return (f"SELECT l.issue_id, l.instance_id = %s AND l.status = %s "
+            f"FROM {connection.ops.quote_name(TaskLink._meta.db_table)} l "
+            f"WHERE l.company_id = %s AND l.external_task_id = %s AND l.provider_key = %s")
 
 
-def _paired_issue_ids(instance: ConnectorInstance, external_task_id: str) -> set:
-    """The issues this company's links of the provider ever paired with the task (every import of a
-    provider with backlinks asks: a statement built once)."""
-    found = rows.fetch_rows(_paired_sql(), [rows.pk_value(Company, instance.company_id), instance.provider_key,
-                                            external_task_id])
-    return {value for value, in found}  # (ids as the driver gives them: the ORM filter below reads either)
+def task_pairings(instance: ConnectorInstance, external_task_id: str) -> TaskPairings:
+    """One statement (built once; ``link_task_pairings_idx``) for the two questions an import asks
+    of a task's past links: was it unlinked here, and which issues may its backlink name."""
+    found = rows.fetch_rows(_pairings_sql(), [rows.pk_value(ConnectorInstance, instance.pk), LinkStatus.UNLINKED,
+                                              rows.pk_value(Company, instance.company_id), external_task_id,
+                                              instance.provider_key])
+    return TaskPairings(issue_ids=frozenset(issue_id for issue_id, _ in found),
+                        unlinked_here=any(bool(here) for _, here in found))
 
 
-def backlinked_issue(instance: ConnectorInstance, task: ExternalTask, *, exclude) -> Issue | None:
+def backlinked_issue(instance: ConnectorInstance, task: ExternalTask, *, exclude,
+                     pairings: TaskPairings | None = None) -> Issue | None:
     """The issue the task's backlink names, when this company paired it with the task before;
     ``exclude``: issue ids (or a subquery) that may not be linked again (an active link on this
-    instance). Provider errors propagate: the event is retried, a delay beats a duplicate issue."""
+    instance); ``pairings``: the task's, when the caller read them already. Provider errors
+    propagate: the event is retried, a delay beats a duplicate issue."""
     if not supported(instance):
         return None
-    paired = _paired_issue_ids(instance, task.external_id)
+    paired = (pairings or task_pairings(instance, task.external_id)).issue_ids
     if not paired:
         return None
     urls = adapter_for(instance).find_backlinks(ExternalTaskRef(external_id=task.external_id,

@@ -3,6 +3,8 @@ retry with backoff, park poison events, import tasks and comments."""
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 
 from django.db import IntegrityError, connection, transaction
@@ -42,7 +44,8 @@ from issues.services.issues import issue_create, issue_update
 from issues.services.thread import comment_create
 from paperclip.core import rows
 
-from . import audit, codec, commands as command_service, content, field_merge, links, logctx, readback, routing
+from . import audit, backlinks, codec, commands as command_service, content, field_merge, links, logctx, readback
+from . import routing
 from . import symphony
 from . import routing_conflicts
 from . import close_reopen, export_marks, run_modes
@@ -152,7 +155,7 @@ def task_events_process(*, instance_id, external_task_id: str, limit: int = 200)
     size = max(int(conf("APPLY_BATCH_SIZE")), 1)
     done = 0
     while done < limit:
-        results = _process_run(instance_id, external_task_id, min(size, limit - done))
+        results, drained = _process_run(instance_id, external_task_id, min(size, limit - done))
         if not results:
             break
         done += len(results)
@@ -167,7 +170,25 @@ def task_events_process(*, instance_id, external_task_id: str, limit: int = 200)
                 break
             if not ConnectorInstance.objects.filter(pk=instance_id, status=InstanceStatus.ACTIVE).exists():
                 break  # paused meanwhile
+        elif drained and not _has_unfinished(instance_id, external_task_id):
+            break
     return counts
+
+
+@lru_cache(maxsize=1)
+def _unfinished_sql() -> str:
+    statuses = ", ".join(["%s"] * len(UNFINISHED_EVENT_STATUSES))
+    return (f"SELECT 1 FROM {connection.ops.quote_name(InboundEvent._meta.db_table)} h WHERE h.instance_id = %s "
+            f"AND h.external_task_id = %s AND h.status IN ({statuses}) LIMIT 1")
+
+
+def _has_unfinished(instance_id, external_task_id: str) -> bool:
+    """Whether the task's queue has an unfinished event, read after a run that took the whole queue
+    it saw (one statement, no transaction, no lock). The holder of a queue looks once more after its
+    run: a kick that met the held head left the queue to it. Only when this finds an event (stored
+    meanwhile, or held by another worker) does it claim again; a full claim would cost a transaction."""
+    params = [rows.pk_value(ConnectorInstance, instance_id), external_task_id, *UNFINISHED_EVENT_STATUSES]
+    return rows.fetch_row(_unfinished_sql(), params) is not None
 
 
 def task_queues_process(keys) -> None:
@@ -280,7 +301,7 @@ def _mark(event: InboundEvent, outcome: Outcome) -> str:
     return "applied" if outcome.status == EventStatus.APPLIED else "dropped"
 
 
-def _process_run(instance_id, external_task_id: str, size: int) -> list[str]:
+def _process_run(instance_id, external_task_id: str, size: int) -> tuple[list[str], bool]:
     """Apply up to ``size`` events from the head of the task's queue in one transaction: one claim,
     one commit and one update of the events' rows for the run instead of one of each per event. A
     run ends after an event that created an issue (it holds the company's issue counter, which
@@ -290,10 +311,11 @@ def _process_run(instance_id, external_task_id: str, size: int) -> list[str]:
     transaction (:func:`_process_head`), and the failure is recorded on the event that failed, as if
     it had been applied alone (it is not applied a second time).
 
-    Returns the outcome of each event processed, in order (empty: nothing to do)."""
+    Returns the outcome of each event processed, in order (empty: nothing to do), and whether the
+    run applied every event its claim found, fewer than ``size`` (the queue looked drained)."""
     if size == 1:
         result = _process_head(instance_id, external_task_id)
-        return [result] if result else []
+        return ([result] if result else []), False
     run = _Run()
     try:
         with logctx.held() as lines:
@@ -301,10 +323,29 @@ def _process_run(instance_id, external_task_id: str, size: int) -> list[str]:
     except Exception as exc:  # noqa: BLE001 — redone below: the failure is recorded where it happened
         if not run.claimed:
             raise
-        return _redo(instance_id, external_task_id, run, exc, lines)
+        return _redo(instance_id, external_task_id, run, exc, lines), False
     if results is None:  # the head is a retry: it goes alone, with its failure accounting
         return _process_run(instance_id, external_task_id, 1)
-    return results
+    return results, len(run.claimed) < size and len(results) == len(run.claimed)
+
+
+_TOUCHED: ContextVar[set | None] = ContextVar("inbound_run_touched", default=None)
+
+
+@contextmanager
+def _run_touches():
+    """The links whose ``last_inbound_at`` this transaction's events wrote (one scope per run)."""
+    token = _TOUCHED.set(set())
+    try:
+        yield
+    finally:
+        _TOUCHED.reset(token)
+
+
+def _touched(link: TaskLink):
+    touched = _TOUCHED.get()
+    if touched is not None:
+        touched.add(link.pk)
 
 
 class _Run:
@@ -323,7 +364,7 @@ def _apply_run(instance_id, external_task_id: str, size: int, run: _Run, lines: 
             return None
         run.claimed = events
         instance, results = events[0].instance, []
-        with activity_batched():  # the run's audit rows: one INSERT
+        with activity_batched(), _run_touches():  # the run's audit rows: one INSERT
             for index, event in enumerate(events):
                 run.failed_at = index
                 lines.mark()  # a failing event's lines stand (it is not applied again); the others' are redone
@@ -517,9 +558,10 @@ def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
             return dropped(f"read-back: task in another container ({task.container_id})")
     link = active_link(instance, task.external_id)
     if link is None:
-        if _unlinked(instance, task.external_id):
+        pairings = backlinks.task_pairings(instance, task.external_id)
+        if pairings.unlinked_here:
             return dropped(UNLINKED_TEXT)
-        return task_import(instance=instance, task=task, key=key, actor=verified.actor)
+        return task_import(instance=instance, task=task, key=key, actor=verified.actor, pairings=pairings)
     if verified.actor is not None and _own_actor(instance, verified.actor):
         return dropped("the connector's own change (echo)")
     return link_apply_task(instance=instance, link=link, task=task, key=key, actor=verified.actor)
@@ -528,21 +570,10 @@ def _task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
 UNLINKED_TEXT = "the task was unlinked by an operator (§6.4); import or link it by hand to sync it again"
 
 
-@lru_cache(maxsize=1)
-def _unlinked_sql() -> str:
-    return (f"SELECT 1 FROM {connection.ops.quote_name(TaskLink._meta.db_table)} l "
-            f"WHERE l.instance_id = %s AND l.external_task_id = %s AND l.status = %s LIMIT 1")
-
-
-def _unlinked(instance, external_task_id: str) -> bool:
-    """An operator severed this task's link: tracker events must not quietly import or re-link it.
-    (Every import asks: a statement built once.)"""
-    return rows.fetch_row(_unlinked_sql(), [rows.pk_value(ConnectorInstance, instance.pk), external_task_id,
-                                            LinkStatus.UNLINKED]) is not None
-
-
-def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: bool = False) -> Outcome:
-    """§6.2 import / §15.1, after the §6.3 dedupe."""
+def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: bool = False,
+                pairings: backlinks.TaskPairings | None = None) -> Outcome:
+    """§6.2 import / §15.1, after the §6.3 dedupe (``pairings``: the task's past links, if the
+    caller read them to see whether an operator unlinked it)."""
     if not manual and not instance.auto_import:
         return dropped("auto-import is off for this connector")
     if not manual and task.state.category == StateCategory.TERMINAL:
@@ -551,7 +582,7 @@ def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: b
     if export is not None:  # its creation webhook beat the export's answer (or the answer was lost)
         return dropped(f"created by the export of {export.issue.identifier} (export {export.pk}), which links it")
     label = links.provider_label(instance)
-    existing, how = links.dedupe_issue(instance, task)
+    existing, how = links.dedupe_issue(instance, task, pairings)
     if existing is not None:  # §6.3: paired as a manual link (§6.2.3), divergence as conflicts
         link, diverged = links.link_existing(instance=instance, issue=existing, task=task, key=key, how=how)
         _audit(link, "connector.task_linked", key, {"dedupe": how, "actor": content.actor_dict(actor),
@@ -706,6 +737,7 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
                               "external_state_category", "external_updated_at", "last_external_revision",
                               "envelope", "last_inbound_at", "base_snapshot", "issue", "routing", "handoff_history",
                               "updated_at"])
+    _touched(link)
     if not observer and symphony.is_symphony(link):
         became_todo = changes.get("status") == IssueStatus.TODO
         if task.state.category == StateCategory.ACTIVE and (category_changed or became_todo):
@@ -859,9 +891,11 @@ def _comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     if link is None:
         if verified.task is None:
             return dropped("comment on a task that is not linked")
-        if _unlinked(instance, comment.external_task_id):
+        pairings = backlinks.task_pairings(instance, comment.external_task_id)
+        if pairings.unlinked_here:
             return dropped(UNLINKED_TEXT)
-        outcome = task_import(instance=instance, task=verified.task, key=key, actor=verified.actor)
+        outcome = task_import(instance=instance, task=verified.task, key=key, actor=verified.actor,
+                              pairings=pairings)
         link, record = _active_link(instance, comment.external_task_id, comment.external_comment_id)
         if link is None:
             return dropped(f"comment on a task that is not linked ({outcome.text})")
@@ -942,10 +976,21 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
         Comment.objects.filter(pk=created.pk).update(author_type=AuthorType.EXTERNAL)
         created.author_type = AuthorType.EXTERNAL
     _comment_recorded(instance, link, comment, created)
-    link.last_inbound_at = timezone.now()
-    rows.update_fields(link, ["last_inbound_at"])
+    _inbound_touch(link)
     link_first_sync_ok(link, key)
     return applied(f"comment imported on {issue.identifier}" + ("" if wake else " (no wake)"))
+
+
+def _inbound_touch(link: TaskLink):
+    """A tracker comment moves the link's ``last_inbound_at`` (its health), unless an earlier event
+    of the same run wrote it (:func:`_run_touches`): that value is milliseconds old and commits with
+    this comment, so the link's wide row is not rewritten for it."""
+    touched = _TOUCHED.get()
+    if touched is not None and link.pk in touched:
+        return
+    link.last_inbound_at = timezone.now()
+    rows.update_fields(link, ["last_inbound_at"])
+    _touched(link)
 
 
 def _comment_recorded(instance, link: TaskLink, comment: ExternalComment, created: Comment | None):

@@ -86,18 +86,19 @@ def reference_pattern(url: str) -> str:
     return re.escape(url) + r"(?![0-9A-Za-z_-])"
 
 
-def dedupe_issue(instance: ConnectorInstance, task: ExternalTask) -> tuple[Issue | None, str]:
+def dedupe_issue(instance: ConnectorInstance, task: ExternalTask,
+                 pairings: backlinks.TaskPairings | None = None) -> tuple[Issue | None, str]:
     """§6.3 steps 2 and 3 (step 1, an active link, is checked by the caller), in the spec's order:
     our backlink (the issue id marker in the description, then the backlink the provider carries:
-    services/backlinks.py), then a reference to the task on an issue of the company. Never an issue
-    another link of this instance holds."""
+    services/backlinks.py; ``pairings``: the task's, if the caller read them), then a reference to
+    the task on an issue of the company. Never an issue another link of this instance holds."""
     active = TaskLink.objects.filter(instance=instance).exclude(status=LinkStatus.UNLINKED).values("issue_id")
     match = BACKLINK.search(task.description or "")
     if match:
         issue = Issue.objects.filter(company_id=instance.company_id, pk=match.group(1)).exclude(pk__in=active).first()
         if issue is not None:
             return issue, "backlink"
-    issue = backlinks.backlinked_issue(instance, task, exclude=active)
+    issue = backlinks.backlinked_issue(instance, task, exclude=active, pairings=pairings)
     if issue is not None:
         return issue, "backlink"
     issue = _referencing_issue(instance, task)
