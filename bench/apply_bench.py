@@ -31,6 +31,11 @@ and a run, like production imports do, not the triage-fallback path.
   order (``applied_at`` increases with ``id`` within a task; the last edit's title is the issue's).
 
     .venv/bin/python bench/apply_bench.py [--tasks 400] [--per-task 5] [--agents 8] [--profile]
+                                          [--prior-issues 20000]
+
+* ``--prior-issues N``: every company (the baseline's too) starts with N issues imported earlier from
+  the same repository, so each import's §6.3 dedupe (origin, backlink, reference) runs against a
+  company with history, as in production, not against an empty table.
 
 * Database: ``DATABASE_URL`` (default ``postgres://postgres@127.0.0.1:5432/paperclip_apply_bench``),
   created if missing, migrated and flushed every run (its name must contain "bench").
@@ -114,9 +119,29 @@ def create_bench_data(args) -> dict:
             base_url="https://api.github.invalid", containers=[REPO], state_mapping=mapping,
             webhook_secret="env:PAPERCLIP_SECRET_BENCH_APPLY_SECRET", triage_agent_id=agents[0].pk,
             routing_rules=[{"kind": "label", "match": {"label": "agent/*"}}])
+    if args.prior_issues:
+        for company in data["companies"].values():
+            add_prior_issues(company, args.prior_issues)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     return data
+
+
+PRIOR_NUMBERS = 1_000_000  # prior issues are numbered from here: the imports and the baseline count from 1
+
+
+def add_prior_issues(company, count: int):
+    """A company with history: ``count`` issues imported earlier from the same repository (their
+    descriptions mention their own addresses, /issues/2000 and up, and a page of docs), which every
+    §6.3 dedupe of an import must not mistake for the task it imports."""
+    from issues.models import Issue
+
+    Issue.objects.bulk_create(
+        (Issue(company=company, number=PRIOR_NUMBERS + k, identifier=f"{company.issue_prefix}-{PRIOR_NUMBERS + k}",
+               title=f"earlier task {k}", status="done", origin_kind="connector", origin_id=f"earlier:{k}",
+               description=f"Imported from [{REPO}#{2000 + k}](https://github.com/{REPO}/issues/{2000 + k})\n\n"
+                           f"Steps in https://docs.example.com/runbook/{k % 40}; logs attached.")
+         for k in range(count)), batch_size=2000)
 
 
 def backlog_bodies(args):
@@ -439,6 +464,9 @@ def main(argv=None):
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--inproc-tasks", type=int, default=100, help="tasks of the in-process apply")
     parser.add_argument("--baseline-events", type=int, default=1000)
+    parser.add_argument("--prior-issues", type=int, default=0,
+                        help="issues every company already has (imported earlier from the same repository): "
+                             "the §6.3 dedupe of each import searches them")
     parser.add_argument("--rounds", type=int, default=3,
                         help="alternating baseline / in-process apply pairs (the median ratio is reported)")
     parser.add_argument("--redis-db", type=int, default=6)
@@ -479,7 +507,7 @@ def main(argv=None):
         sys.exit(f"apply_bench: Redis database {args.redis_db} is claimed by a test run; pick another --redis-db")
     redis_empty(args.redis_db)
     print(f"load average {os.getloadavg()[0]:.2f}; {args.tasks} tasks x {args.per_task} events, "
-          f"{args.agents} agents")
+          f"{args.agents} agents, {args.prior_issues} prior issues per company")
     data = create_bench_data(args)
     inst = data["instances"]
     t0 = time.perf_counter()
@@ -508,6 +536,7 @@ def main(argv=None):
         return b
 
     out = {"tasks": args.tasks, "per_task": args.per_task, "agents": args.agents, "rounds": args.rounds,
+           "prior_issues": args.prior_issues,
            "kick_batch": args.kick_batch, "worker_conn_max_age": args.worker_conn_max_age,
            "load_average_start": os.getloadavg()[0]}
     if args.profile:

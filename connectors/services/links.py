@@ -18,6 +18,7 @@ from connectors.choices import (
 from connectors.models import Conflict, ConnectorInstance, LinkTransition, TaskLink
 from connectors.providers.base import ExternalTask, normalize_labels
 from issues.actors import SYSTEM
+from issues import mentioned_addresses
 from issues.choices import AuthorType, IssueStatus, OriginKind
 from issues.models import Comment, Company, Issue
 from issues.services.activity import activity_record
@@ -79,13 +80,6 @@ def note(issue: Issue, body: str, *, link: TaskLink | None = None, key: str = ""
                           _locked=True)
 
 
-def reference_pattern(url: str) -> str:
-    """A mention of ``url`` as a whole: not followed by a character that would make it another
-    task's address (``…/issues/1`` is not a mention in ``…/issues/12``, nor ``ENG-1`` in ``ENG-12``).
-    The syntax both PostgreSQL's regular expressions and SQLite's (Python's) read alike."""
-    return re.escape(url) + r"(?![0-9A-Za-z_-])"
-
-
 def dedupe_issue(instance: ConnectorInstance, task: ExternalTask,
                  pairings: backlinks.TaskPairings | None = None) -> tuple[Issue | None, str]:
     """§6.3 steps 2 and 3 (step 1, an active link, is checked by the caller), in the spec's order:
@@ -105,11 +99,15 @@ def dedupe_issue(instance: ConnectorInstance, task: ExternalTask,
     return (issue, "reference") if issue is not None else (None, "")
 
 
-@lru_cache(maxsize=2)
-def _reference_sql(mentions: bool) -> str:
+@lru_cache(maxsize=3)
+def _reference_sql(mentions: str) -> str:
+    """``mentions``: "" (the task has no address), "indexed" (the mentions index answers) or "search"
+    (LIKE is the cheap filter; the expression decides: mentioned_addresses.mention_pattern)."""
     qn = connection.ops.quote_name
     refs = "(s.origin_kind = %s AND s.origin_id = %s"
-    if mentions:  # LIKE is the cheap filter; the expression decides (reference_pattern)
+    if mentions == "indexed":
+        refs += f" OR {mentioned_addresses.indexed_condition('s.description')}"
+    elif mentions == "search":
         refs += (f" OR (s.description {connection.operators['contains'] % '%s'} "
                  f"AND s.description {connection.operators['regex'] % '%s'})")
     return (f"SELECT {rows.select_list(Issue, 's')} FROM {qn(Issue._meta.db_table)} s "
@@ -120,14 +118,20 @@ def _reference_sql(mentions: bool) -> str:
 def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue | None:
     """§6.3 step 3: the oldest issue of the company that an import of this task made or whose
     description mentions the task's address, and that no live link of this instance holds. A
-    statement built once (every import asks); the "held" check probes the candidates' links by
-    index, so it does not grow with the instance's links."""
+    statement built once (every import asks). The origin and, on PostgreSQL, the mention are index
+    probes (issue_origin_idx, issue_mentioned_addresses_idx), and the "held" check probes the
+    candidates' links by index, so it grows neither with the company's issues nor with the
+    instance's links."""
     params = [rows.pk_value(Company, instance.company_id), OriginKind.CONNECTOR,
               content.attribution_key(instance.pk, task.external_id)]
-    if task.url:
-        params += [f"%{connection.ops.prep_for_like_query(task.url)}%", reference_pattern(task.url)]
+    mentions = ""
+    if task.url and mentioned_addresses.indexed(task.url, connection.vendor):
+        mentions, params = "indexed", [*params, task.url]
+    elif task.url:
+        mentions = "search"
+        params += [f"%{connection.ops.prep_for_like_query(task.url)}%", mentioned_addresses.mention_pattern(task.url)]
     params += [rows.pk_value(ConnectorInstance, instance.pk), LinkStatus.UNLINKED]
-    return rows.fetch_one(Issue, _reference_sql(bool(task.url)), params)[0]
+    return rows.fetch_one(Issue, _reference_sql(mentions), params)[0]
 
 
 def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask, origin_side: str, key: str,

@@ -71,6 +71,9 @@ class Issue(UUIDModel):
         indexes = [
             models.Index(fields=["company", "assignee_agent", "status"], name="issue_inbox_idx"),
             models.Index(fields=["company", "status", "priority_rank", "created_at"], name="issue_list_idx"),
+            # imports find an issue by its origin (§6.3 dedupe, a reopen's follow-up); on PostgreSQL the
+            # addresses its description mentions are indexed too (migration 0015, issues/mentioned_addresses.py)
+            models.Index(fields=["company", "origin_kind", "origin_id"], name="issue_origin_idx"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["company", "number"], name="issue_number_unique_per_company"),
