@@ -67,8 +67,10 @@ bench: install  # each prints its figure next to a baseline measured in the same
 	$(PY) bench/webhook_bench.py --server gunicorn --skip-apply
 	$(PY) bench/webhook_bench.py
 	$(PY) bench/apply_bench.py
+	$(PY) bench/apply_bench.py --prior-issues 20000 --skip-celery --output bench/results/apply-prior-issues.json
 	$(PY) bench/symphony_latency_bench.py
 	$(PY) bench/case_read_bench.py
+	$(PY) bench/timestamp_load_bench.py
 	$(PY) bench/prp_intake_bench.py
 	$(PY) bench/prp_runner_bench.py
 

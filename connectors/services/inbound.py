@@ -968,13 +968,10 @@ def comment_import(*, instance, link: TaskLink, comment: ExternalComment, key: s
     body = _comment_body(link, comment)
     provenance = _provenance(link, comment, key)
     wake = links.wake_on_comment(link, instance) and issue.status not in TERMINAL_ISSUE_STATUSES
-    # (inside the event's transaction: the comment and its mapping commit together)
+    # (inside the event's transaction: the comment and its mapping commit together). Recorded as
+    # external either way; with wakeOnExternalComment off only the wake is withheld.
     created = comment_create(actor=SYSTEM, issue=issue, body=body, provenance=provenance,
-                             author_type=AuthorType.EXTERNAL if wake else AuthorType.SYSTEM, _locked=True)
-    if not wake:
-        # Recorded as external; only the wake is withheld (wakeOnExternalComment off).
-        Comment.objects.filter(pk=created.pk).update(author_type=AuthorType.EXTERNAL)
-        created.author_type = AuthorType.EXTERNAL
+                             author_type=AuthorType.EXTERNAL, _locked=True, _wake=wake)
     _comment_recorded(instance, link, comment, created)
     _inbound_touch(link)
     link_first_sync_ok(link, key)

@@ -47,10 +47,11 @@ def _lock_for_write(actor: Actor, issue: Issue, *, owner_only: bool = True) -> I
 def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | None = None,
                    author_type: str | None = None, reopen: bool = False, interrupt: bool = False,
                    _locked: bool = False, _audit: dict | None = None, _wake_reason: str | None = None,
-                   _after_interrupt: bool = False) -> Comment:
+                   _after_interrupt: bool = False, _wake: bool = True) -> Comment:
     """A comment; wakes the assignee (and mentioned agents). ``reopen`` / ``interrupt`` (upstream's
     comment flags) go through issue_update, which owns them for PATCH too: the reopen is an audited
-    status change, the interrupt (board only) stops the issue's live runs first.
+    status change, the interrupt (board only) stops the issue's live runs first. ``_wake=False``
+    (a connector whose wakeOnExternalComment is off): recorded as written, nobody woken.
 
     ``_locked``: the caller's transaction holds the issue's row lock and rolls back whole on any error
     (no re-read, no savepoint of its own)."""
@@ -73,7 +74,7 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
                         entity_id=issue.pk, details={"commentId": str(comment.pk), **(_audit or {})})
         events.announce(events.comment_created, comment=comment, actor=actor)
         events.comment_created_atomic.send(sender=None, comment=comment, actor=actor)
-        if comment.author_type != AuthorType.SYSTEM:
+        if _wake and comment.author_type != AuthorType.SYSTEM:
             # A mentioned assignee gets the mention wake only, not a second "commented" one.
             if issue.assignee_agent_id not in mentions_wake(comment, issue):
                 _wake_assignee_for(comment, issue, _wake_reason or ISSUE_COMMENTED, _after_interrupt)
