@@ -84,8 +84,8 @@ def test_statements_per_event_are_the_same_for_any_batch(kind, settings):
     event's row) plus 1 (the claim that finds the queue empty). Each of these events writes one
     audit row; in runs of up to APPLY_BATCH_SIZE those are one INSERT, so a run costs its events'
     k - 1 each plus 3 (one claim, one INSERT of the audit rows, one update of the events' rows; a
-    comment's write of its link's last_inbound_at only once per run), plus
-    1 at the end: a claim that finds the queue empty after a full run, or after a run that took the
+    comment writes its link's last_inbound_at only if no earlier event of its run did). The queue
+    ends with 1 more: a claim that finds it empty after a full run, or, after a run that took the
     whole queue it saw, a look for events stored meanwhile (no transaction: see the test below)."""
     instance, store, raw = imported()
     settings.CONNECTORS = {**settings.CONNECTORS, "APPLY_BATCH_SIZE": 1}

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from connectors.choices import EventStatus
 from connectors.models import InboundEvent, TaskLink
-from connectors.services import inbound
+from connectors.services import apply_tasks, inbound
 from issues.models import ActivityLog, Comment
 from tests.test_apply_queries import imported, queued_import
 from tests.test_connectors_queries import _queue
@@ -33,7 +33,7 @@ def test_a_failure_inside_a_run_is_recorded_on_its_event_after_the_events_before
     instance, store, raw = imported()
     for title in ("one", "two", "poison", "four"):
         _edit(instance, store, raw, title)
-    real = inbound.link_apply_task
+    real = apply_tasks.link_apply_task
     calls = []
 
     def poisoned(**kw):
@@ -42,7 +42,7 @@ def test_a_failure_inside_a_run_is_recorded_on_its_event_after_the_events_before
             raise RuntimeError("cannot apply this one")
         return real(**kw)
 
-    monkeypatch.setattr(inbound, "link_apply_task", poisoned)
+    monkeypatch.setattr(apply_tasks, "link_apply_task", poisoned)
     caplog.set_level(logging.INFO, logger="connectors.engine")
     counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
 
@@ -139,14 +139,14 @@ def test_a_kick_that_finds_the_head_held_is_applied_by_its_holder(monkeypatch):
     instance, store, raw = imported()
     _edit(instance, store, raw, "first")
     inside, release = threading.Event(), threading.Event()
-    real = inbound.link_apply_task
+    real = apply_tasks.link_apply_task
 
     def held_apply(*args, **kwargs):  # the holder is mid-run, its claim's row locks held
         inside.set()
         assert release.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(inbound, "link_apply_task", held_apply)
+    monkeypatch.setattr(apply_tasks, "link_apply_task", held_apply)
     counts, errors = {}, []
 
     def holder():
@@ -161,7 +161,7 @@ def test_a_kick_that_finds_the_head_held_is_applied_by_its_holder(monkeypatch):
     thread.start()
     try:
         assert inside.wait(30)
-        monkeypatch.setattr(inbound, "link_apply_task", real)
+        monkeypatch.setattr(apply_tasks, "link_apply_task", real)
         _edit(instance, store, raw, "second")  # stored (and committed) while the head is held
         kicked = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
         assert kicked["applied"] == 0  # the head is held: the kick's worker leaves the queue to its holder

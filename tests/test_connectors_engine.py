@@ -16,7 +16,7 @@ from connectors.models import (
     TaskLink,
 )
 from connectors.selectors import instance_health
-from connectors.services import inbound, polling
+from connectors.services import apply_tasks, inbound, polling
 from issues.models import ActivityLog, Comment, Issue, WakeupRequest
 from tests.connector_factories import make_instance
 from tests.connector_helpers import fast_retries, post_webhook  # noqa: F401
@@ -168,7 +168,7 @@ def test_poison_event_is_parked_and_the_next_event_of_the_task_applies(
     deliver(web, instance, store, "task", task["id"], django_capture_on_commit_callbacks)
     link = TaskLink.objects.get()
 
-    real = inbound.link_apply_task
+    real = apply_tasks.link_apply_task
     calls = {"n": 0}
 
     def poisoned(**kw):
@@ -177,7 +177,7 @@ def test_poison_event_is_parked_and_the_next_event_of_the_task_applies(
             raise RuntimeError("cannot apply this one")
         return real(**kw)
 
-    monkeypatch.setattr(inbound, "link_apply_task", poisoned)
+    monkeypatch.setattr(apply_tasks, "link_apply_task", poisoned)
     store.update(task["id"], title="poison")
     deliver(web, instance, store, "task", task["id"], django_capture_on_commit_callbacks)
     poison = InboundEvent.objects.order_by("-id").first()
@@ -196,7 +196,7 @@ def test_poison_event_is_parked_and_the_next_event_of_the_task_applies(
     assert link.issue.title == "after the poison" and link.status == LinkStatus.HEALTHY
 
     # Replay of the parked event: it applies now, but an older snapshot never overwrites a newer one.
-    monkeypatch.setattr(inbound, "link_apply_task", real)
+    monkeypatch.setattr(apply_tasks, "link_apply_task", real)
     from connectors.services.interventions import event_replay
     from issues.actors import SYSTEM
 
@@ -220,7 +220,7 @@ def test_failure_is_retried_with_backoff_then_the_sweep_applies_it(web, setup, m
     settings.CONNECTORS = {**settings.CONNECTORS, "RETRY_BASE_SECONDS": 30.0}
     instance, store = setup
     task = store.add_task(1)
-    real = inbound.task_import
+    real = apply_tasks.task_import
     failures = {"n": 1}
 
     def flaky(**kw):
@@ -229,7 +229,7 @@ def test_failure_is_retried_with_backoff_then_the_sweep_applies_it(web, setup, m
             raise ConnectionError("database hiccup")
         return real(**kw)
 
-    monkeypatch.setattr(inbound, "task_import", flaky)
+    monkeypatch.setattr(apply_tasks, "task_import", flaky)
     deliver(web, instance, store, "task", task["id"], django_capture_on_commit_callbacks)
     event = InboundEvent.objects.get()
     assert event.status == EventStatus.FAILED and event.attempts == 1 and event.next_attempt_at > timezone.now()

@@ -11,7 +11,7 @@ from django.test import Client
 from connectors import tasks
 from connectors.choices import EventStatus
 from connectors.models import InboundEvent, TaskLink
-from connectors.services import inbound
+from connectors.services import apply_tasks
 from issues.models import ActivityLog, Issue
 from tests.connector_factories import make_instance
 from tests.connector_helpers import post_webhook
@@ -67,8 +67,8 @@ def assert_untouched(first):
 
 
 def crash_once(monkeypatch, name, *, after: bool):
-    """Make ``inbound.<name>`` die once, before or after doing its work."""
-    real = getattr(inbound, name)
+    """Make ``apply_tasks.<name>`` die once, before or after doing its work."""
+    real = getattr(apply_tasks, name)
     state = {"armed": True}
 
     def dying(*args, **kwargs):
@@ -81,7 +81,7 @@ def crash_once(monkeypatch, name, *, after: bool):
             raise WorkerDied(f"died after {name}")
         return result
 
-    monkeypatch.setattr(inbound, name, dying)
+    monkeypatch.setattr(apply_tasks, name, dying)
 
 
 def retry_failed_head():
@@ -105,7 +105,7 @@ def test_crash_after_the_follow_up_is_created_but_before_the_retarget(
 
 def test_crash_after_the_retarget_before_commit(closed, monkeypatch, django_capture_on_commit_callbacks):
     web, instance, store, raw, first = closed
-    real = inbound._audit
+    real = apply_tasks.link_audit
     state = {"armed": True}
 
     def dies_after_retarget(link, action, key, details):
@@ -115,7 +115,7 @@ def test_crash_after_the_retarget_before_commit(closed, monkeypatch, django_capt
             assert TaskLink.objects.get().issue_id != first.pk
             raise WorkerDied("died after the retarget")
 
-    monkeypatch.setattr(inbound, "_audit", dies_after_retarget)
+    monkeypatch.setattr(apply_tasks, "link_audit", dies_after_retarget)
     deliver(web, instance, store, raw["id"], django_capture_on_commit_callbacks)
     assert InboundEvent.objects.filter(status=EventStatus.FAILED).count() == 1
     assert_untouched(first)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from connectors.models import ConnectorInstance, InboundEvent, OutboundEffect, TaskLink, default_write_policy
 from connectors.services import polling, transcripts
-from connectors.services.inbound import MIRROR_OFF_TEXT
+from connectors.services.apply_comments import MIRROR_OFF_TEXT
 from issues.models import ActivityLog
 from issues.services.runs import run_append_event, run_finish
 from tests.factories import AgentFactory, RunFactory

@@ -8,7 +8,7 @@ issues app records (issue created/updated, comment created, wakes...) carries th
      "linkId", "eventKey", "eventKind", "externalTaskId", "externalActor": {...} | None}
 
 and the engine's log lines carry the §12.1 keys (services/logctx.py); one line per applied, dropped
-or failed event. ``linkId`` is known once the event's link is: found (``inbound.active_link``),
+or failed event. ``linkId`` is known once the event's link is: found (``apply_base.active_link``),
 reserved by an import before it creates the issue, or created (``links.link_create``)."""
 from __future__ import annotations
 

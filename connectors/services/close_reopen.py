@@ -13,7 +13,7 @@ Reopen: ``ConnectorInstance.reopen_policy`` decides what a move of the external 
 does when the linked issue is done or cancelled.
 
 - ``follow_up`` (default, RECOMMENDED by §7.4): a follow-up issue with a stable idempotency key takes
-  over the link (inbound._follow_up).
+  over the link (apply_tasks._follow_up).
 - ``reopen``: the same issue returns to the status an import of the task in its new state gets
   (``todo`` for active, ``blocked`` for blocked, else ``backlog``), as an audited status change
   through the issue service (the host's checks apply); the link keeps its issue.

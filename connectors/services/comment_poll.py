@@ -34,7 +34,8 @@ from connectors.providers.base import EventKind, ExternalComment, ExternalTaskRe
 
 from . import content
 from .common import adapter_for, conf, cursor_get, cursor_save, provider_degrade, sync_error_record
-from .inbound import comment_changed, observed_store_apply
+from .apply_comments import comment_changed
+from .inbound import observed_store_apply
 from .logctx import engine_log
 
 POLL_WINDOW = "poll:comments"

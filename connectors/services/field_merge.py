@@ -1,5 +1,5 @@
 """The three-way field merge of an inbound snapshot (§11.1): base snapshot, tracker and issue, per
-synced field. Used by :func:`connectors.services.inbound.link_apply_task`."""
+synced field. Used by :func:`connectors.services.apply_tasks.link_apply_task`."""
 from __future__ import annotations
 
 from connectors.choices import ConflictKind, ConflictStatus
@@ -9,7 +9,7 @@ from . import links
 
 
 # §11.1 synced fields: (external snapshot key, issue attribute or None when Paperclip has no such field).
-# state goes through the §7.4 category rules (inbound.py); assignee through routing.
+# state goes through the §7.4 category rules (apply_tasks.py); assignee through routing.
 SYNCED_FIELDS = (("title", "title"), ("description", "description"), ("priority", "priority"),
                  ("labels", None), ("dueAt", None))
 

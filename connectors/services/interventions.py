@@ -344,7 +344,8 @@ def task_import_manual(*, actor: Actor, instance: ConnectorInstance, idempotency
     """§6.2 import by an operator (also for terminal tasks); dedupe of §6.3 applies."""
     require_writer(actor, instance.company_id)
     task = _fetch_task(instance, external_task_id, external_key)
-    from .inbound import active_link, task_import
+    from .apply_base import active_link
+    from .apply_tasks import task_import
 
     def apply():
         with transaction.atomic():

@@ -17,8 +17,8 @@ from connectors.choices import (
 )
 from connectors.models import Conflict, ConnectorInstance, LinkTransition, TaskLink
 from connectors.providers.base import ExternalTask, normalize_labels
-from issues.actors import SYSTEM
 from issues import mentioned_addresses
+from issues.actors import SYSTEM
 from issues.choices import AuthorType, IssueStatus, OriginKind
 from issues.models import Comment, Company, Issue
 from issues.services.activity import activity_record

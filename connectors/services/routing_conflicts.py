@@ -1,7 +1,7 @@
 """Structural ``routing`` conflicts (§11.1, §11.2, §8.1): a re-route of an already linked task that does
 not resolve cleanly is a conflict entry an operator decides, not only a sync error.
 
-Detection (:func:`route_held`, called by ``inbound._reroute`` when the tracker's routing inputs change):
+Detection (:func:`route_held`, called by ``apply_tasks._reroute`` when the tracker's routing inputs change):
 
 * the decision has problems (its rule targets a missing, paused or terminated agent; the triage fallback
   is unusable) -> a routing conflict, whoever owns the issue;
