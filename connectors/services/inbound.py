@@ -7,7 +7,6 @@ import uuid
 from functools import lru_cache
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from connectors.choices import (
@@ -135,20 +134,32 @@ def task_events_process(*, instance_id, external_task_id: str, limit: int = 200)
     return counts
 
 
-@lru_cache(maxsize=1)
-def _unfinished_sql() -> str:
+@lru_cache(maxsize=32)
+def _unfinished_sql(pairs: int) -> str:
+    match = " OR ".join(["(h.instance_id = %s AND h.external_task_id = %s)"] * pairs)
     statuses = ", ".join(["%s"] * len(UNFINISHED_EVENT_STATUSES))
-    return (f"SELECT 1 FROM {connection.ops.quote_name(InboundEvent._meta.db_table)} h WHERE h.instance_id = %s "
-            f"AND h.external_task_id = %s AND h.status IN ({statuses}) LIMIT 1")
+    return (f"SELECT DISTINCT h.instance_id, h.external_task_id "
+            f"FROM {connection.ops.quote_name(InboundEvent._meta.db_table)} h "
+            f"WHERE ({match}) AND h.status IN ({statuses})")
+
+
+def _unfinished(pairs) -> set[tuple[uuid.UUID, str]]:
+    """The ``(instance UUID, task id)`` pairs whose task has an unfinished event: one statement built
+    once per number of pairs (``event_task_queue_idx``), no lock, read committed."""
+    if not pairs:
+        return set()
+    params = [value for instance_id, task_id in pairs
+              for value in (rows.pk_value(ConnectorInstance, instance_id), task_id)]
+    found = rows.fetch_rows(_unfinished_sql(len(pairs)), [*params, *UNFINISHED_EVENT_STATUSES])
+    return {(uuid.UUID(str(instance_id)), task_id) for instance_id, task_id in found}  # (ids as any driver gives them)
 
 
 def _has_unfinished(instance_id, external_task_id: str) -> bool:
     """Whether the task's queue has an unfinished event, read after a run that took the whole queue
-    it saw (one statement, no transaction, no lock). The holder of a queue looks once more after its
-    run: a kick that met the held head left the queue to it. Only when this finds an event (stored
-    meanwhile, or held by another worker) does it claim again; a full claim would cost a transaction."""
-    params = [rows.pk_value(ConnectorInstance, instance_id), external_task_id, *UNFINISHED_EVENT_STATUSES]
-    return rows.fetch_row(_unfinished_sql(), params) is not None
+    it saw (outside any transaction). The holder of a queue looks once more after its run: a kick
+    that met the held head left the queue to it. Only when this finds an event (stored meanwhile,
+    or held by another worker) does it claim again; a full claim would cost a transaction."""
+    return bool(_unfinished([(instance_id, external_task_id)]))
 
 
 def task_queues_process(keys) -> None:
@@ -179,12 +190,7 @@ def _with_unfinished_events(keys) -> list[tuple[str, str]]:
             ids[instance_id] = uuid.UUID(instance_id)
         except ValueError:
             pass
-    wanted = Q()
-    for instance_id, task_id in named:
-        if instance_id in ids:
-            wanted |= Q(instance_id=ids[instance_id], external_task_id=task_id)
-    found = set(InboundEvent.objects.filter(wanted, status__in=UNFINISHED_EVENT_STATUSES).values_list(
-        "instance_id", "external_task_id").distinct()) if wanted else set()
+    found = _unfinished([(ids[i], t) for i, t in named if i in ids])
     return [(i, t) for i, t in named if i not in ids or (ids[i], t) in found]
 
 

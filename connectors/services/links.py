@@ -126,7 +126,8 @@ def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue
               content.attribution_key(instance.pk, task.external_id)]
     mentions = ""
     if task.url and mentioned_addresses.indexed(task.url, connection.vendor):
-        mentions, params = "indexed", [*params, task.url]
+        mentions = "indexed"
+        params.append(task.url)
     elif task.url:
         mentions = "search"
         params += [f"%{connection.ops.prep_for_like_query(task.url)}%", mentioned_addresses.mention_pattern(task.url)]
