@@ -57,3 +57,40 @@ def test_a_lookup_by_mention_is_an_index_probe():
                        + mentioned_addresses.indexed_condition("s.description"), ["https://x.io/a/1"])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "issue_mentioned_addresses_idx" in plan, plan
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the mentions index is PostgreSQL's (SQLite searches)")
+def test_the_reference_lookup_stays_index_probes_when_statistics_lag_a_burst_of_imports():
+    """§6.3's reference lookup runs on every import. A burst of imports outruns ANALYZE (and, between
+    vacuums, GIN's pending list would grow by an entry per issue written): the lookup must still be
+    index probes, never the mentions function called on each of the company's issues."""
+    from django.test.utils import CaptureQueriesContext
+
+    from connectors.providers.base import ExternalState, ExternalTask
+    from connectors.services import links
+    from issues.models import Issue
+    from tests.connector_factories import make_instance
+    from tests.factories import CompanyFactory
+
+    company = CompanyFactory()
+    instance, _ = make_instance(company)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE issues_issue")  # the statistics of a company with no issues yet
+    url = "https://github.com/acme/tracker/issues/1207"
+    descriptions = [f"Imported from https://github.com/acme/tracker/issues/{n}" for n in range(1000, 1400)]
+    Issue.objects.bulk_create(Issue(company=company, number=n, identifier=f"{company.issue_prefix}-{n}",
+                                    title=f"Issue {n}", description=text, status="todo")
+                              for n, text in enumerate(descriptions, start=1))
+    task = ExternalTask(provider_key="github", external_id="1207", external_key="#1207", title="t", description="",
+                        state=ExternalState(name="open", category="active"), url=url)
+
+    with CaptureQueriesContext(connection) as queries:
+        found = links._referencing_issue(instance, task)
+    assert found is not None and found.description.endswith("/issues/1207")
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + queries.captured_queries[-1]["sql"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "issue_mentioned_addresses_idx" in plan and "issue_origin_idx" in plan, plan
+    filters = [line for line in plan.splitlines() if "Filter:" in line and "Recheck" not in line]
+    assert not any("paperclip_mentioned_addresses" in line for line in filters), plan

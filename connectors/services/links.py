@@ -102,17 +102,28 @@ def dedupe_issue(instance: ConnectorInstance, task: ExternalTask,
 @lru_cache(maxsize=3)
 def _reference_sql(mentions: str) -> str:
     """``mentions``: "" (the task has no address), "indexed" (the mentions index answers) or "search"
-    (LIKE is the cheap filter; the expression decides: mentioned_addresses.mention_pattern)."""
+    (LIKE is the cheap filter; the expression decides: mentioned_addresses.mention_pattern).
+
+    "indexed" is a union of two index probes, the mention probe fenced (``OFFSET 0``) from the
+    company condition. Written as one OR, the planner may answer both from the company's rows,
+    calling the mentions function on each: it does when the statistics are older than the company's
+    issues (a burst of imports outruns ANALYZE), and then one lookup costs tens of milliseconds."""
     qn = connection.ops.quote_name
-    refs = "(s.origin_kind = %s AND s.origin_id = %s"
+    table = qn(Issue._meta.db_table)
+    origin = "s.origin_kind = %s AND s.origin_id = %s"
     if mentions == "indexed":
-        refs += f" OR {mentioned_addresses.indexed_condition('s.description')}"
+        found = (f"s.id IN (SELECT o.id FROM {table} o WHERE o.company_id = %s AND o.origin_kind = %s "
+                 f"AND o.origin_id = %s UNION ALL SELECT m.id FROM (SELECT i.id, i.company_id FROM {table} i "
+                 f"WHERE {mentioned_addresses.indexed_condition('i.description')} OFFSET 0) m "
+                 f"WHERE m.company_id = %s)")
     elif mentions == "search":
-        refs += (f" OR (s.description {connection.operators['contains'] % '%s'} "
-                 f"AND s.description {connection.operators['regex'] % '%s'})")
-    return (f"SELECT {rows.select_list(Issue, 's')} FROM {qn(Issue._meta.db_table)} s "
-            f"WHERE s.company_id = %s AND {refs}) AND NOT EXISTS (SELECT 1 FROM {qn(TaskLink._meta.db_table)} l "
-            f"WHERE l.issue_id = s.id AND l.instance_id = %s AND l.status <> %s) ORDER BY s.created_at, s.id LIMIT 1")
+        found = (f"s.company_id = %s AND ({origin} OR (s.description {connection.operators['contains'] % '%s'} "
+                 f"AND s.description {connection.operators['regex'] % '%s'}))")
+    else:
+        found = f"s.company_id = %s AND {origin}"
+    return (f"SELECT {rows.select_list(Issue, 's')} FROM {table} s WHERE {found} AND NOT EXISTS "
+            f"(SELECT 1 FROM {qn(TaskLink._meta.db_table)} l WHERE l.issue_id = s.id AND l.instance_id = %s "
+            f"AND l.status <> %s) ORDER BY s.created_at, s.id LIMIT 1")
 
 
 def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue | None:
@@ -122,12 +133,12 @@ def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue
     probes (issue_origin_idx, issue_mentioned_addresses_idx), and the "held" check probes the
     candidates' links by index, so it grows neither with the company's issues nor with the
     instance's links."""
-    params = [rows.pk_value(Company, instance.company_id), OriginKind.CONNECTOR,
-              content.attribution_key(instance.pk, task.external_id)]
+    company = rows.pk_value(Company, instance.company_id)
+    params = [company, OriginKind.CONNECTOR, content.attribution_key(instance.pk, task.external_id)]
     mentions = ""
     if task.url and mentioned_addresses.indexed(task.url, connection.vendor):
         mentions = "indexed"
-        params.append(task.url)
+        params += [task.url, company]
     elif task.url:
         mentions = "search"
         params += [f"%{connection.ops.prep_for_like_query(task.url)}%", mentioned_addresses.mention_pattern(task.url)]
