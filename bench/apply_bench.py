@@ -19,16 +19,18 @@ and a run, like production imports do, not the triage-fallback path.
   (target >= 0.5), in ``--rounds`` alternating baseline / apply pairs (default 3), the median ratio
   reported. ``--profile`` also prints cProfile's top functions and the statements of each event of
   one task.
-* Scaling: a copy of the backlog for 1 worker and another for 2 workers, each applied by real
-  Celery workers (``celery -A paperclip worker -c 1 -Q apply_bench``, Redis broker on 127.0.0.1),
-  kicked as intake's Kicker kicks a burst: one ``process_task_events_many`` message per
-  ``--kick-batch`` stored events (default ``PAPERCLIP_CONNECTOR_KICK_BATCH_SIZE``, 8), naming their
-  tasks; ``--kick-batch 1`` sends one ``process_task_events`` message per event. Rate = events over
-  the window between the first and the last ``applied_at`` (worker start-up is not counted).
+* Scaling: phases of 1, 2, 2 and 1 workers (``--workers``), each on its own copy of the backlog,
+  applied by real Celery workers (``celery -A paperclip worker -c 1 -Q apply_bench``, Redis broker
+  on 127.0.0.1), kicked as intake's Kicker kicks a burst: one ``process_task_events_many`` message
+  per ``--kick-batch`` stored events (default ``PAPERCLIP_CONNECTOR_KICK_BATCH_SIZE``, 8), naming
+  their tasks; ``--kick-batch 1`` sends one ``process_task_events`` message per event. Rate = events
+  over the window between the first and the last ``applied_at`` (worker start-up is not counted).
   Per-worker ratio against the mean of the baselines measured right before and after the phase.
-  Ratio 2 workers / 1 worker (target >= 1.6). Then every event is checked: applied exactly once
-  (attempts = 1, one issue and one link per task, one comment per comment event) and in its task's
-  order (``applied_at`` increases with ``id`` within a task; the last edit's title is the issue's).
+  Ratio 2 workers / 1 worker (target >= 1.6): the mean rate of the 2-worker phases over that of the
+  1-worker phases (the ABBA order cancels a steady drift), and beside it the same from the per-worker
+  ratios. Then every event is checked: applied exactly once (attempts = 1, one issue and one link per
+  task, one comment per comment event) and in its task's order (``applied_at`` increases with ``id``
+  within a task; the last edit's title is the issue's).
 
     .venv/bin/python bench/apply_bench.py [--tasks 400] [--per-task 5] [--agents 8] [--profile]
                                           [--prior-issues 20000]
@@ -109,7 +111,8 @@ def create_bench_data(args) -> dict:
     data = {"agents": {}, "instances": {}, "companies": {}}
     mapping = {"open": "backlog", "closed": "terminal", "labels": {"in progress": "active"}}
     # One company per measured backlog: every run starts from the same issue counter and table shape.
-    for label in ("template", "baseline", *(f"inproc{r}" for r in range(args.rounds)), "celery1", "celery2"):
+    for label in ("template", "baseline", *(f"inproc{r}" for r in range(args.rounds)),
+                  *(f"celery{i}" for i in range(len(args.phases)))):
         company = company_create(name=f"Apply Bench {label}", issue_prefix=f"AB{label[:2].upper()}{len(data['companies'])}")
         data["companies"][label] = company
         agents = [agent_create(company=company, name=f"a{n}", role="engineer") for n in range(args.agents)]
@@ -370,7 +373,23 @@ def stop_workers(procs):
             p.wait()
 
 
-def apply_celery(instance, workers: int, args) -> dict:
+def scaling(runs) -> dict:
+    """Two workers' rate over one worker's, each the mean of its phases (in an ABBA order a steady drift of
+    the machine's speed cancels out), and the same from the per-worker ratios to the baselines measured
+    around each phase."""
+    def mean(workers, key):
+        values = [r[key] for r in runs if r["workers"] == workers]
+        return statistics.mean(values) if values else None
+
+    one, two = mean(1, "events_per_s"), mean(2, "events_per_s")
+    if not one or not two:
+        return {}
+    return {"scaling_2w_over_1w": two / one,
+            "scaling_2w_over_1w_baselined": 2 * mean(2, "ratio_to_baseline_per_worker")
+            / mean(1, "ratio_to_baseline_per_worker")}
+
+
+def apply_celery(instance, workers: int, args, tag: str) -> dict:
     from connectors.choices import UNFINISHED_EVENT_STATUSES
     from connectors.models import InboundEvent
 
@@ -378,7 +397,7 @@ def apply_celery(instance, workers: int, args) -> dict:
     events = InboundEvent.objects.filter(instance=instance)
     total = events.count()
     published = publish(instance, args.kick_batch)
-    procs = start_workers(workers, str(workers), args)
+    procs = start_workers(workers, tag, args)
     deadline = time.monotonic() + args.phase_timeout
     samples, waits, cpu = 0, {}, float("nan")
     load0 = os.getloadavg()[0]
@@ -391,7 +410,7 @@ def apply_celery(instance, workers: int, args) -> dict:
             for query in lock_waits():
                 waits[query] = waits.get(query, 0) + 1
             if any(p.poll() is not None for p in procs):
-                sys.exit(f"apply_bench: a Celery worker exited (see {worker_log(str(workers), '*')})")
+                sys.exit(f"apply_bench: a Celery worker exited (see {worker_log(tag, '*')})")
             time.sleep(0.25)  # polling the benchmark's own progress, not a race in the code under test
         cpu = sum(tree_cpu_seconds(p.pid) for p in procs)
     finally:
@@ -479,9 +498,12 @@ def main(argv=None):
                              "as intake under a burst; 1: a message per event)")
     parser.add_argument("--skip-celery", action="store_true")
     parser.add_argument("--skip-inproc", action="store_true")
-    parser.add_argument("--workers", default="1,2", help="Celery worker counts to measure, in order")
+    parser.add_argument("--workers", default="1,2,2,1",
+                        help="Celery worker counts of the phases, in order, each on its own copy of the backlog "
+                             "(the default's 1, 2, 2, 1 cancels a drift of the machine's speed over the run)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.phases = [] if args.skip_celery else [int(w) for w in args.workers.split(",")]
 
     from bench.checkout_bench import db_params, ensure_database
 
@@ -517,8 +539,8 @@ def main(argv=None):
     copied = {f"inproc{r}": copy_backlog(inst["template"], inst[f"inproc{r}"], tasks=args.inproc_tasks)
               for r in range(args.rounds)}
     if not args.skip_celery:
-        for label in ("celery1", "celery2"):  # (a copy for each measured worker count)
-            copied[label] = copy_backlog(inst["template"], inst[label])
+        for i in range(len(args.phases)):  # (a copy for each phase)
+            copied[f"celery{i}"] = copy_backlog(inst["template"], inst[f"celery{i}"])
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     print(f"stored {stored} events through webhook_intake in {store_s:.1f}s; copies {copied}")
@@ -560,18 +582,18 @@ def main(argv=None):
         print(f"apply, one worker process (in-process): median ratio {out['inproc']['ratio_to_baseline']:.2f} x "
               f"baseline over {len(ratios)} alternating rounds ({', '.join(f'{x:.2f}' for x in ratios)}; "
               f"target >= {TARGET_PER_WORKER})", flush=True)
-    if not args.skip_celery:
-        runs = {}
-        for workers in [int(w) for w in args.workers.split(",")]:
-            label = f"celery{min(workers, 2)}"
+    if args.phases:
+        runs = []
+        for i, workers in enumerate(args.phases):
+            label = f"celery{i}"
             before = measure_baseline()
-            r = apply_celery(inst[label], workers, args)
+            r = apply_celery(inst[label], workers, args, tag=f"{i}w{workers}")
             after = measure_baseline()
             r["problems"] = verify(inst[label], args)
             # Against the baselines measured right before and right after it: the machine's speed drifts.
             r["baseline_events_per_s"] = (before["events_per_s"] + after["events_per_s"]) / 2
             r["ratio_to_baseline_per_worker"] = r["events_per_s"] / workers / r["baseline_events_per_s"]
-            runs[workers] = r
+            runs.append(r)
             print(f"apply, {workers} Celery worker(s): {r['events']} events ({r['messages']} messages) in "
                   f"{r['window_s']:.1f}s = {r['events_per_s']:.1f} events/s "
                   f"({r['ratio_to_baseline_per_worker']:.2f} x the baselines around it, per worker); "
@@ -580,10 +602,12 @@ def main(argv=None):
                   f"included); load average {r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f}")
             w = r["lock_wait_samples"]
             print(f"    lock waits over {w['samples']} samples: {json.dumps(w['waiting'])[:400]}", flush=True)
-        scaling = runs[2]["events_per_s"] / runs[1]["events_per_s"] if {1, 2} <= set(runs) else float("nan")
         out["celery"] = runs
-        out["scaling_2w_over_1w"] = scaling
-        print(f"scaling: 2 workers / 1 worker = {scaling:.2f} (target >= {TARGET_SCALING})")
+        out.update(scaling(runs))
+        if "scaling_2w_over_1w" in out:
+            print(f"scaling: 2 workers / 1 worker = {out['scaling_2w_over_1w']:.2f} (mean rates of the "
+                  f"{'/'.join(map(str, args.phases))} phases; target >= {TARGET_SCALING}); against the "
+                  f"baselines around each phase: {out['scaling_2w_over_1w_baselined']:.2f}")
     out["baselines"] = bases
     out["baseline"] = {"events_per_s": statistics.median(b["events_per_s"] for b in bases)} if bases else {}
     redis_empty(args.redis_db)
