@@ -3,6 +3,8 @@ only) the addresses its description mentions (issues/mentioned_addresses.py says
 from django.conf import settings
 from django.db import migrations, models
 
+from paperclip.core.postgres_sql import PostgresOnlySQL
+
 # Every address an http(s) token of the text mentions: the text is split before each "http://" or
 # "https://"; the token that starts a piece runs to whitespace; it is cut where the next character
 # cannot continue an address (not [0-9A-Za-z_-]), and whole where it ends the piece only if whitespace
@@ -28,15 +30,6 @@ DROP FUNCTION IF EXISTS paperclip_mentioned_addresses(text);
 """
 
 
-def mentioned_addresses(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(MENTIONED_ADDRESSES)
-
-
-def drop_mentioned_addresses(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP_MENTIONED_ADDRESSES)
-
 
 class Migration(migrations.Migration):
 
@@ -50,5 +43,5 @@ class Migration(migrations.Migration):
             model_name='issue',
             index=models.Index(fields=['company', 'origin_kind', 'origin_id'], name='issue_origin_idx'),
         ),
-        migrations.RunPython(mentioned_addresses, drop_mentioned_addresses),
+        PostgresOnlySQL(MENTIONED_ADDRESSES, DROP_MENTIONED_ADDRESSES),
     ]

@@ -9,6 +9,8 @@ vacuums (PostgreSQL only):
   thousand times a built-in operator), so the planner prefers the index to calling it per row."""
 from django.db import migrations
 
+from paperclip.core.postgres_sql import PostgresOnlySQL
+
 FORWARD = """
 ALTER INDEX issue_mentioned_addresses_idx SET (fastupdate = off);
 SELECT gin_clean_pending_list('issue_mentioned_addresses_idx'::regclass);
@@ -20,16 +22,6 @@ ALTER INDEX issue_mentioned_addresses_idx RESET (fastupdate);
 """
 
 
-def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FORWARD)
-
-
-def backward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(BACKWARD)
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -37,5 +29,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(forward, backward),
+        PostgresOnlySQL(FORWARD, BACKWARD),
     ]
