@@ -144,3 +144,28 @@ def test_imports_and_comments_wake_their_agent_without_savepoints():
     wakeups_fold(run_id=run.pk)
     run.refresh_from_db()
     assert comment_id in run.context["commentIds"]
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's cached generic plans")
+def test_the_live_link_read_keeps_its_unique_index_under_a_cached_generic_plan():
+    """psycopg prepares a statement after its fifth run, and PostgreSQL may then keep one generic plan
+    for it. The live-link read every applied event makes must still find its row through the partial
+    unique index (link_one_active_per_external_task), not by filtering every link of the instance:
+    the index's predicate (status <> 'unlinked') has to be visible in the statement, not a parameter."""
+    from connectors.services import apply_base
+
+    instance, store = make_instance(CompanyFactory())
+    _bulk_links(instance, store, 300)
+    for with_comment in (False, True):
+        numbered = apply_base._active_link_sql(with_comment).split("%s")
+        sql = "".join(f"{part}${n}" if n < len(numbered) else part for n, part in enumerate(numbered, start=1))
+        args = (["'c-1'"] if with_comment else []) + [f"'{instance.pk}'", "'bulk-7'"]
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE connectors_tasklink")  # (statistics that know the instance's 300 links)
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cursor.execute(f"PREPARE link_read AS {sql}")
+            cursor.execute(f"EXPLAIN EXECUTE link_read({', '.join(args)})")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute("DEALLOCATE link_read")
+        assert "link_one_active_per_external_task" in plan, plan

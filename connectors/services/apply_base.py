@@ -56,7 +56,8 @@ def _active_link_sql(with_comment: bool = False) -> str:
     return (f"SELECT {rows.select_list(TaskLink, 'l')}, {rows.select_list(Issue, 's')}"
             + (f", {rows.select_list(ExternalCommentLink, 'r')} " if with_comment else " ")
             + f"FROM {qn(TaskLink._meta.db_table)} l JOIN {qn(Issue._meta.db_table)} s ON s.id = l.issue_id {record}"
-            f"WHERE l.instance_id = %s AND l.external_task_id = %s AND l.status <> %s"  # (one: a constraint)
+            f"WHERE l.instance_id = %s AND l.external_task_id = %s "  # (one: link_one_active_per_external_task)
+            f"AND l.status <> {rows.constant(LinkStatus.UNLINKED)}"
             + lock_clause("l", "s"))
 
 
@@ -70,7 +71,7 @@ def active_link_and_record(instance, external_task_id: str, external_comment_id:
     """(link, the tracker comment's record or None), the record read with the link when
     ``external_comment_id`` is given (one round trip for a comment event)."""
     with_comment = external_comment_id is not None
-    params = [rows.pk_value(ConnectorInstance, instance.pk), external_task_id, LinkStatus.UNLINKED]
+    params = [rows.pk_value(ConnectorInstance, instance.pk), external_task_id]
     row = rows.fetch_row(_active_link_sql(with_comment), [external_comment_id, *params] if with_comment else params)
     if row is None:
         return None, None

@@ -123,7 +123,7 @@ def _reference_sql(mentions: str) -> str:
         found = f"s.company_id = %s AND {origin}"
     return (f"SELECT {rows.select_list(Issue, 's')} FROM {table} s WHERE {found} AND NOT EXISTS "
             f"(SELECT 1 FROM {qn(TaskLink._meta.db_table)} l WHERE l.issue_id = s.id AND l.instance_id = %s "
-            f"AND l.status <> %s) ORDER BY s.created_at, s.id LIMIT 1")
+            f"AND l.status <> {rows.constant(LinkStatus.UNLINKED)}) ORDER BY s.created_at, s.id LIMIT 1")
 
 
 def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue | None:
@@ -142,7 +142,7 @@ def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue
     elif task.url:
         mentions = "search"
         params += [f"%{connection.ops.prep_for_like_query(task.url)}%", mentioned_addresses.mention_pattern(task.url)]
-    params += [rows.pk_value(ConnectorInstance, instance.pk), LinkStatus.UNLINKED]
+    params.append(rows.pk_value(ConnectorInstance, instance.pk))
     return rows.fetch_one(Issue, _reference_sql(mentions), params)[0]
 
 

@@ -13,10 +13,23 @@ better.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models.constants import OnConflict
+
+_CONSTANT = re.compile(r"[A-Za-z0-9_]+")
+
+
+def constant(value: str) -> str:
+    """A code constant (an enum value, never input) written into a statement as a SQL literal. Where
+    a partial index's predicate names it (``status <> 'unlinked'``), the planner must see the value:
+    a parameter hides it from the generic plan PostgreSQL caches for a prepared statement, which then
+    cannot use the index and filters every row of the wider one instead."""
+    if not _CONSTANT.fullmatch(value):
+        raise ValueError(f"not a plain constant: {value!r}")
+    return f"'{value}'"
 
 
 @lru_cache(maxsize=None)
