@@ -153,13 +153,16 @@ def test_the_live_link_read_keeps_its_unique_index_under_a_cached_generic_plan()
     for it. The live-link read every applied event makes must still find its row through the partial
     unique index (link_one_active_per_external_task), not by filtering every link of the instance:
     the index's predicate (status <> 'unlinked') has to be visible in the statement, not a parameter."""
+    import itertools
+    import re
+
     from connectors.services import apply_base
 
     instance, store = make_instance(CompanyFactory())
     _bulk_links(instance, store, 300)
     for with_comment in (False, True):
-        numbered = apply_base._active_link_sql(with_comment).split("%s")
-        sql = "".join(f"{part}${n}" if n < len(numbered) else part for n, part in enumerate(numbered, start=1))
+        numbers = itertools.count(1)
+        sql = re.sub("%s", lambda _: f"${next(numbers)}", apply_base._active_link_sql(with_comment))
         args = (["'c-1'"] if with_comment else []) + [f"'{instance.pk}'", "'bulk-7'"]
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE connectors_tasklink")  # (statistics that know the instance's 300 links)

@@ -110,17 +110,19 @@ def _reference_sql(mentions: str) -> str:
     issues (a burst of imports outruns ANALYZE), and then one lookup costs tens of milliseconds."""
     qn = connection.ops.quote_name
     table = qn(Issue._meta.db_table)
-    origin = "s.origin_kind = %s AND s.origin_id = %s"
+    def origin(alias):
+        return f"{alias}.origin_kind = %s AND {alias}.origin_id = %s"
+
     if mentions == "indexed":
-        found = (f"s.id IN (SELECT o.id FROM {table} o WHERE o.company_id = %s AND o.origin_kind = %s "
-                 f"AND o.origin_id = %s UNION ALL SELECT m.id FROM (SELECT i.id, i.company_id FROM {table} i "
+        found = (f"s.id IN (SELECT o.id FROM {table} o WHERE o.company_id = %s AND {origin('o')} "
+                 f"UNION ALL SELECT m.id FROM (SELECT i.id, i.company_id FROM {table} i "
                  f"WHERE {mentioned_addresses.indexed_condition('i.description')} OFFSET 0) m "
                  f"WHERE m.company_id = %s)")
     elif mentions == "search":
-        found = (f"s.company_id = %s AND ({origin} OR (s.description {connection.operators['contains'] % '%s'} "
+        found = (f"s.company_id = %s AND ({origin('s')} OR (s.description {connection.operators['contains'] % '%s'} "
                  f"AND s.description {connection.operators['regex'] % '%s'}))")
     else:
-        found = f"s.company_id = %s AND {origin}"
+        found = f"s.company_id = %s AND {origin('s')}"
     return (f"SELECT {rows.select_list(Issue, 's')} FROM {table} s WHERE {found} AND NOT EXISTS "
             f"(SELECT 1 FROM {qn(TaskLink._meta.db_table)} l WHERE l.issue_id = s.id AND l.instance_id = %s "
             f"AND l.status <> {rows.constant(LinkStatus.UNLINKED)}) ORDER BY s.created_at, s.id LIMIT 1")

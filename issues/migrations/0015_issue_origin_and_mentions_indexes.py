@@ -30,7 +30,6 @@ DROP FUNCTION IF EXISTS paperclip_mentioned_addresses(text);
 """
 
 
-
 class Migration(migrations.Migration):
 
     dependencies = [
