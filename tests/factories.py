@@ -1,5 +1,8 @@
+from functools import cache
+
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 
 from issues.choices import AgentRole, MemberRole
 from issues.models import Agent, Company, Goal, HeartbeatRun, Issue, Membership, Project
@@ -13,18 +16,23 @@ class CompanyFactory(factory.django.DjangoModelFactory):
     issue_prefix = factory.Sequence(lambda n: f"C{n:03d}")
 
 
+TEST_PASSWORD = "pw-for-tests-only"
+
+
+@cache
+def _test_password_hash() -> str:
+    """The test password hashed once per process with the configured (production) hasher: hashing
+    it per user cost about half a second each on a 2-core machine, minutes of every suite run.
+    Logging in still checks this real hash."""
+    return make_password(TEST_PASSWORD)
+
+
 class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = get_user_model()
-        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests-only")
-
-    @factory.post_generation
-    def _save(obj, create, extracted, **kwargs):
-        if create:
-            obj.save()
+    password = factory.LazyFunction(_test_password_hash)
 
 
 class MembershipFactory(factory.django.DjangoModelFactory):

@@ -6,7 +6,7 @@ from django.contrib.staticfiles import finders
 from django.test import Client
 from django.urls import reverse
 
-from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, UserFactory
+from tests.factories import TEST_PASSWORD, AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, UserFactory
 
 ISSUES_URL = "/issues/"
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -56,7 +56,7 @@ def test_login_with_password_then_logout(client, board_user, company):
     assert page.status_code == 200
     assert 'name="csrfmiddlewaretoken"' in text(page)
 
-    response = client.post(reverse("login"), {"username": board_user.username, "password": "pw-for-tests-only"})
+    response = client.post(reverse("login"), {"username": board_user.username, "password": TEST_PASSWORD})
     assert response.status_code == 302
     assert response["Location"] == ISSUES_URL
     assert "Visible after login" in text(client.get(ISSUES_URL))

@@ -56,6 +56,7 @@ from issues.services.board_keys import board_key_create
 from issues.services.companies import agent_api_key_create
 from issues.services.thread import comment_create, document_write, interaction_create
 from tests.conftest import AgentClient
+from tests.module_rows import fresh_copy, rows_for_module
 from tests.test_errors import assert_error
 from tests.test_errors import db_snapshot as errors_db_snapshot
 from tests.factories import (
@@ -126,8 +127,7 @@ def fast_user(username):
     return user
 
 
-@pytest.fixture
-def world(db):
+def build_world():
     a, b = build_company("AA"), build_company("BB")
     board_user = MembershipFactory(company=a.company, role="owner", user=fast_user("board-a")).user
     # A board API key is its user's, in that user's companies: A's board user's, and a B owner's.
@@ -135,6 +135,18 @@ def world(db):
     b_owner = MembershipFactory(company=b.company, role="owner", user=fast_user("board-b")).user
     b.board_key, _ = board_key_create(actor=SYSTEM, user=b_owner)
     return SimpleNamespace(a=a, b=b, board_user=board_user)
+
+
+@pytest.fixture(scope="module")
+def _module_world(django_db_setup, django_db_blocker):
+    # Built once for the module's ~900 tests (building it per test was most of their time).
+    with rows_for_module(django_db_blocker, build_world) as built:
+        yield built
+
+
+@pytest.fixture
+def world(_module_world, db):
+    return fresh_copy(_module_world)
 
 
 def client_for(world, who):

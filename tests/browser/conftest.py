@@ -13,6 +13,8 @@ import shutil
 
 import pytest
 
+from tests.factories import TEST_PASSWORD
+
 os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -80,6 +82,6 @@ def page(browser, live_server, tmp_path, request):
 def log_in(page, user, next_url="/dashboard/"):
     page.goto(f"/accounts/login/?next={next_url}")
     page.get_by_label("Username").fill(user.username)
-    page.get_by_label("Password").fill("pw-for-tests-only")
+    page.get_by_label("Password").fill(TEST_PASSWORD)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(f"**{next_url}")
