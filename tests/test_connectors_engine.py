@@ -16,7 +16,8 @@ from connectors.models import (
     TaskLink,
 )
 from connectors.selectors import instance_health
-from connectors.services import apply_tasks, inbound, polling
+from connectors.services import apply_tasks, inbound, interventions, polling
+from issues.actors import SYSTEM
 from issues.models import ActivityLog, Comment, Issue, WakeupRequest
 from tests.connector_factories import make_instance
 from tests.connector_helpers import fast_retries, post_webhook  # noqa: F401
@@ -89,6 +90,29 @@ def test_same_delivery_five_times_has_one_effect(web, setup, django_capture_on_c
         assert post_webhook(web, instance, body, capture=django_capture_on_commit_callbacks).status_code == 202
     issue = TaskLink.objects.get(instance=instance).issue
     assert Comment.objects.filter(issue=issue, provenance__externalCommentId=comment["id"]).count() == 1
+
+
+def test_task_and_comment_events_of_a_task_an_operator_unlinked_import_nothing(
+        web, setup, django_capture_on_commit_callbacks):
+    """§6.4: after an unlink, neither the task's edits nor comments on it bring it back (either
+    would otherwise import it as a task with no live link); a manual import or link does."""
+    instance, store = setup
+    task = store.add_task(1)
+    deliver(web, instance, store, "task", task["id"], django_capture_on_commit_callbacks)
+    link = TaskLink.objects.get(instance=instance)
+    interventions.link_unlink(actor=SYSTEM, link=link, idempotency_key="unlink-1")
+    store.update(task["id"], title="edited after the unlink")
+    deliver(web, instance, store, "task", task["id"], django_capture_on_commit_callbacks)
+    comment = store.add_comment(task["id"], "a comment after the unlink")
+    deliver(web, instance, store, "comment", task["id"], django_capture_on_commit_callbacks, comment=comment)
+    later = list(InboundEvent.objects.filter(instance=instance).order_by("id")[1:])
+    assert [(e.kind, e.status) for e in later] == [("task.upserted", EventStatus.DROPPED),
+                                                  ("comment.upserted", EventStatus.DROPPED)]
+    assert all("unlinked by an operator" in e.outcome for e in later)
+    assert list(TaskLink.objects.filter(instance=instance).values_list("status", flat=True)) == [LinkStatus.UNLINKED]
+    assert Issue.objects.filter(company=instance.company).count() == 1
+    assert Issue.objects.get().title != "edited after the unlink"
+    assert not Comment.objects.filter(provenance__externalCommentId=comment["id"]).exists()
 
 
 @pytest.mark.parametrize("signature", ["missing", "forged", "wrong-secret"])

@@ -13,9 +13,8 @@ from issues.models import Comment
 from issues.services.thread import comment_create
 from paperclip.core import rows
 
-from . import backlinks, commands as command_service, content, links, run_modes
+from . import commands as command_service, content, links, run_modes
 from .apply_base import (
-    UNLINKED_TEXT,
     Outcome,
     active_link_and_record,
     applied,
@@ -24,7 +23,7 @@ from .apply_base import (
     link_audit,
     own_actor,
 )
-from .apply_tasks import task_import
+from .apply_tasks import task_import_unless_unlinked
 from .common import link_first_sync_ok
 
 
@@ -46,11 +45,7 @@ def comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     if link is None:
         if verified.task is None:
             return dropped("comment on a task that is not linked")
-        pairings = backlinks.task_pairings(instance, comment.external_task_id)
-        if pairings.unlinked_here:
-            return dropped(UNLINKED_TEXT)
-        outcome = task_import(instance=instance, task=verified.task, key=key, actor=verified.actor,
-                              pairings=pairings)
+        outcome = task_import_unless_unlinked(instance=instance, task=verified.task, key=key, actor=verified.actor)
         link, record = active_link_and_record(instance, comment.external_task_id, comment.external_comment_id)
         if link is None:
             return dropped(f"comment on a task that is not linked ({outcome.text})")

@@ -51,13 +51,19 @@ def task_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
             return dropped(f"read-back: task in another container ({task.container_id})")
     link = active_link(instance, task.external_id)
     if link is None:
-        pairings = backlinks.task_pairings(instance, task.external_id)
-        if pairings.unlinked_here:
-            return dropped(UNLINKED_TEXT)
-        return task_import(instance=instance, task=task, key=key, actor=verified.actor, pairings=pairings)
+        return task_import_unless_unlinked(instance=instance, task=task, key=key, actor=verified.actor)
     if verified.actor is not None and own_actor(instance, verified.actor):
         return dropped("the connector's own change (echo)")
     return link_apply_task(instance=instance, link=link, task=task, key=key, actor=verified.actor)
+
+
+def task_import_unless_unlinked(*, instance, task: ExternalTask, key: str, actor=None) -> Outcome:
+    """An event about a task with no live link imports it (§6.2), unless an operator unlinked it
+    from this connector (§6.4): it stays out until it is imported or linked by hand."""
+    pairings = backlinks.task_pairings(instance, task.external_id)
+    if pairings.unlinked_here:
+        return dropped(UNLINKED_TEXT)
+    return task_import(instance=instance, task=task, key=key, actor=actor, pairings=pairings)
 
 
 def task_import(*, instance, task: ExternalTask, key: str, actor=None, manual: bool = False,
