@@ -1,4 +1,5 @@
 import os
+import warnings
 
 import pytest
 from django.conf import settings
@@ -34,6 +35,24 @@ class AgentClient(APIClient):
 # suite allows exactly that, as `make run` does for the demo sandbox (paperclip.core.outbound_http).
 # Set in the environment too, so worker subprocesses started by tests inherit it.
 LOOPBACK_OUTBOUND = {"OUTBOUND_ALLOWED_HOSTS": ["127.0.0.1", "localhost", "::1"], "OUTBOUND_ALLOW_HTTP": True}
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, which it drops at the end; on PostgreSQL a session still
+    connected then (a killed subprocess's backend not yet gone, a thread's unclosed connection)
+    made the DROP fail and left the database on the server. Such sessions are ended first, and
+    named in a warning so that the one left open can be found."""
+    yield
+    if not is_postgres():
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pid, application_name, state, left(query, 200), pg_terminate_backend(pid) "
+                       "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        lingering = cursor.fetchall()
+    connection.close()
+    if lingering:
+        warnings.warn(f"sessions still connected to the test database were ended: {lingering}", stacklevel=1)
 
 
 @pytest.fixture(autouse=True, scope="session")
