@@ -1,9 +1,8 @@
 from functools import cache
 
 import factory
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.hashers import make_password
+from django.contrib.auth.hashers import get_hasher, make_password
 
 from issues.choices import AgentRole, MemberRole
 from issues.models import Agent, Company, Goal, HeartbeatRun, Issue, Membership, Project
@@ -25,12 +24,12 @@ def _test_password_hash() -> str:
     hasher: hashing it per user cost about half a second each on a 2-core machine, minutes of every
     suite run. Logging in still checks this real hash. Keyed by the preferred hasher because a test
     may configure another (a hash made by a hasher no longer configured never verifies)."""
-    return _hash_with(settings.PASSWORD_HASHERS[0])
+    return _hash_with(get_hasher().algorithm)
 
 
 @cache
-def _hash_with(hasher: str) -> str:  # ``hasher``: the cache key (make_password uses the preferred one)
-    return make_password(TEST_PASSWORD)
+def _hash_with(algorithm: str) -> str:
+    return make_password(TEST_PASSWORD, hasher=algorithm)
 
 
 class UserFactory(factory.django.DjangoModelFactory):

@@ -18,14 +18,11 @@ from django.db import transaction
 @contextmanager
 def rows_for_module(django_db_blocker, build):
     """Yield what ``build()`` returns, its rows written in a transaction rolled back at the end."""
-    with django_db_blocker.unblock():
-        outer = transaction.atomic()
-        outer.__enter__()
+    with django_db_blocker.unblock(), transaction.atomic():
         try:
             yield build()
         finally:
             transaction.set_rollback(True)
-            outer.__exit__(None, None, None)
 
 
 def fresh_copy(built):

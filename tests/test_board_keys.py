@@ -22,8 +22,8 @@ from issues.actors import SYSTEM
 from issues.models import ActivityLog, BoardApiKey, Comment, Issue
 from issues.models.agent import hash_key
 from issues.services.board_keys import board_key_create
-from tests.factories import CompanyFactory, IssueFactory, MembershipFactory
-from tests.test_errors import assert_error, fast_user
+from tests.factories import CompanyFactory, IssueFactory, MembershipFactory, UserFactory
+from tests.test_errors import assert_error
 
 
 def key_client(token, **kwargs) -> APIClient:
@@ -34,7 +34,7 @@ def key_client(token, **kwargs) -> APIClient:
 
 @pytest.fixture
 def owner(company):
-    return MembershipFactory(company=company, role="owner", user=fast_user("olga")).user
+    return MembershipFactory(company=company, role="owner", user=UserFactory(username="olga")).user
 
 
 @pytest.fixture
@@ -213,7 +213,7 @@ def test_a_run_header_is_recorded_as_the_client_run_id_never_trusted(owner_token
 
 
 def test_a_viewers_key_stays_read_only(company, issue):
-    viewer = MembershipFactory(company=company, role="viewer", user=fast_user("vera")).user
+    viewer = MembershipFactory(company=company, role="viewer", user=UserFactory(username="vera")).user
     _, token = board_key_create(actor=SYSTEM, user=viewer)
     api = key_client(token)
     assert api.get(f"/api/issues/{issue.pk}").status_code == 200
@@ -222,7 +222,7 @@ def test_a_viewers_key_stays_read_only(company, issue):
 
 
 def test_a_superusers_key_acts_as_today(company, issue):
-    admin = fast_user("root")
+    admin = UserFactory(username="root")
     admin.is_superuser = True
     admin.save()
     _, token = board_key_create(actor=SYSTEM, user=admin)

@@ -30,8 +30,8 @@ from issues.services.companies import agent_api_key_create
 from tests.connector_factories import SECRET, make_instance
 from tests.connector_helpers import post_webhook
 from tests.conftest import AgentClient
-from tests.factories import AgentFactory, CompanyFactory, MembershipFactory, ProjectFactory, RunFactory
-from tests.test_cross_company import api_routes, assert_error_shape, fast_user
+from tests.factories import AgentFactory, CompanyFactory, MembershipFactory, ProjectFactory, RunFactory, UserFactory
+from tests.test_cross_company import api_routes, assert_error_shape
 
 MODELS = (ConnectorInstance, ConnectorSecret, TaskLink, LinkTransition, InboundEvent, SyncCursor, RoutingRule,
           Conflict, SyncError, OutboundEffect, Intervention, TaskExport, Issue, Comment, ActivityLog)
@@ -79,7 +79,7 @@ def ghost():
 @pytest.fixture
 def world(db, django_capture_on_commit_callbacks):
     a, b = build("CA", django_capture_on_commit_callbacks), build("CB", django_capture_on_commit_callbacks)
-    user = MembershipFactory(company=a.company, role="owner", user=fast_user("conn-board-a")).user
+    user = MembershipFactory(company=a.company, role="owner", user=UserFactory(username="conn-board-a")).user
     return SimpleNamespace(a=a, b=b, user=user)
 
 

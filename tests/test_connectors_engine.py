@@ -95,7 +95,8 @@ def test_same_delivery_five_times_has_one_effect(web, setup, django_capture_on_c
 def test_task_and_comment_events_of_a_task_an_operator_unlinked_import_nothing(
         web, setup, django_capture_on_commit_callbacks):
     """§6.4: after an unlink, neither the task's edits nor comments on it bring it back (either
-    would otherwise import it as a task with no live link); a manual import or link does."""
+    would otherwise import it as a task with no live link). A manual import does:
+    tests/test_connectors_dedupe_backlinks.py."""
     instance, store = setup
     task = store.add_task(1)
     deliver(web, instance, store, "task", task["id"], django_capture_on_commit_callbacks)

@@ -1,4 +1,7 @@
 """Queries per applied event stay bounded (<= 17) and do not grow with the number of links."""
+import itertools
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -153,9 +156,6 @@ def test_the_live_link_read_keeps_its_unique_index_under_a_cached_generic_plan()
     for it. The live-link read every applied event makes must still find its row through the partial
     unique index (link_one_active_per_external_task), not by filtering every link of the instance:
     the index's predicate (status <> 'unlinked') has to be visible in the statement, not a parameter."""
-    import itertools
-    import re
-
     from connectors.services import apply_base
 
     instance, store = make_instance(CompanyFactory())

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -67,6 +66,7 @@ from tests.factories import (
     MembershipFactory,
     ProjectFactory,
     RunFactory,
+    UserFactory,
 )
 
 # --- the two companies ---------------------------------------------------------------------
@@ -119,20 +119,12 @@ def ghost_of(world):
                            board_key=new(), agent_key=new())
 
 
-def fast_user(username):
-    """A board user without the (deliberately slow) password hash; tests log in with force_login."""
-    user = get_user_model()(username=username)
-    user.set_unusable_password()
-    user.save()
-    return user
-
-
 def build_world():
     a, b = build_company("AA"), build_company("BB")
-    board_user = MembershipFactory(company=a.company, role="owner", user=fast_user("board-a")).user
+    board_user = MembershipFactory(company=a.company, role="owner", user=UserFactory(username="board-a")).user
     # A board API key is its user's, in that user's companies: A's board user's, and a B owner's.
     a.board_key, _ = board_key_create(actor=SYSTEM, user=board_user)
-    b_owner = MembershipFactory(company=b.company, role="owner", user=fast_user("board-b")).user
+    b_owner = MembershipFactory(company=b.company, role="owner", user=UserFactory(username="board-b")).user
     b.board_key, _ = board_key_create(actor=SYSTEM, user=b_owner)
     return SimpleNamespace(a=a, b=b, board_user=board_user)
 

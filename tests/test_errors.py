@@ -5,7 +5,6 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -27,7 +26,7 @@ from issues.models import (
 from issues.services.companies import agent_api_key_create, agent_api_key_revoke
 from issues.services.thread import document_write, interaction_create
 from tests.conftest import AgentClient
-from tests.factories import AgentFactory, IssueFactory, MembershipFactory, RunFactory
+from tests.factories import AgentFactory, IssueFactory, MembershipFactory, RunFactory, UserFactory
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -91,15 +90,8 @@ def assert_unchanged(before):
         assert after[model] == rows, f"{model.__name__} changed ({len(rows)} -> {len(after[model])} rows)"
 
 
-def fast_user(username):
-    user = get_user_model()(username=username)
-    user.set_unusable_password()
-    user.save()
-    return user
-
-
 def board_client_for(company, role, username):
-    user = fast_user(username)
+    user = UserFactory(username=username)
     MembershipFactory(company=company, user=user, role=role)
     client = APIClient()
     client.force_login(user)

@@ -11,7 +11,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from cases.documents import case_document_write
@@ -32,7 +31,7 @@ from issues.models import (
     RunEvent,
 )
 from paperclip.core.parsers import json_depth_exceeds
-from tests.factories import AgentFactory, IssueFactory, MembershipFactory, RunFactory
+from tests.factories import AgentFactory, IssueFactory, MembershipFactory, RunFactory, UserFactory
 from tests.test_errors import assert_error, assert_unchanged
 from tests.test_errors import db_snapshot as errors_db_snapshot
 
@@ -82,9 +81,7 @@ def w(company, make_agent_client, monkeypatch):
     company.enable_cases = True
     company.save()
     me = make_agent_client(company=company)
-    owner = get_user_model()(username=f"owner-{uuid.uuid4().hex[:8]}")
-    owner.set_unusable_password()  # no password hashing: the fixture stays fast
-    owner.save()
+    owner = UserFactory(username=f"owner-{uuid.uuid4().hex[:8]}")
     MembershipFactory(company=company, user=owner, role="owner")
     board = APIClient()
     board.force_login(owner)

@@ -110,6 +110,7 @@ def _reference_sql(mentions: str) -> str:
     issues (a burst of imports outruns ANALYZE), and then one lookup costs tens of milliseconds."""
     qn = connection.ops.quote_name
     table = qn(Issue._meta.db_table)
+
     def origin(alias):
         return f"{alias}.origin_kind = %s AND {alias}.origin_id = %s"
 
