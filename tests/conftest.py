@@ -9,6 +9,18 @@ from rest_framework.test import APIClient
 from issues.services.companies import agent_api_key_create
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, RunFactory, UserFactory
 
+# Fixture modules every test may ask for by name (the provider sandboxes, fast connector retries),
+# registered once here instead of imported into each test module.
+pytest_plugins = [
+    "tests.asana_sandbox",
+    "tests.connector_helpers",
+    "tests.github_sandbox",
+    "tests.jira_sandbox",
+    "tests.linear_sandbox",
+    "tests.notion_sandbox",
+    "tests.trello_sandbox",
+]
+
 
 def is_postgres():
     return connection.vendor == "postgresql"

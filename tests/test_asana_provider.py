@@ -29,13 +29,7 @@ from connectors.providers.base import (
     provider_keys,
 )
 from connectors.sandbox.asana import sign
-from tests.asana_sandbox import (  # noqa: F401  (fixture import)
-    SANDBOX_PROJECT,
-    SANDBOX_WEBHOOK_SECRET,
-    asana_adapter_for,
-    asana_sandbox,
-    event,
-)
+from tests.asana_sandbox import SANDBOX_PROJECT, SANDBOX_WEBHOOK_SECRET, asana_adapter_for, event
 
 SECRET = "asana-test-secret"
 P1, P2 = "1201000000000001", "1201000000000002"

@@ -8,7 +8,6 @@ from rest_framework.test import APIClient
 from connectors.models import Conflict, OutboundEffect, TaskLink
 from issues.models import ActivityLog
 from tests.factories import CompanyFactory, MembershipFactory, RunFactory
-from tests.github_sandbox import github_sandbox  # noqa: F401  (fixture import)
 from tests.test_connectors_outbound import (  # noqa: F401
     coder, forward, instance, linked, marked, open_title_conflict)
 

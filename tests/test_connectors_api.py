@@ -12,7 +12,7 @@ from connectors.models import ConnectorInstance, ConnectorSecret, InboundEvent, 
 from issues.models import ActivityLog
 from tests.connector_factories import SECRET, STATE_MAPPING, make_instance
 from tests.connector_fakes import PROVIDER, FakeStore
-from tests.connector_helpers import fast_retries, post_webhook  # noqa: F401
+from tests.connector_helpers import post_webhook
 from tests.factories import AgentFactory, MembershipFactory, ProjectFactory
 
 

@@ -36,7 +36,7 @@ from tests.connector_fakes import FakeStore, FakeTrackerAdapter
 from tests.connector_helpers import delivery_headers, post_webhook
 from tests.factories import AgentFactory, MembershipFactory
 from tests.jira_sandbox import DEFAULT_STATE_MAPPING as JIRA_MAPPING
-from tests.jira_sandbox import SANDBOX_PROJECT, SANDBOX_WEBHOOK_SECRET, jira_sandbox  # noqa: F401
+from tests.jira_sandbox import SANDBOX_PROJECT, SANDBOX_WEBHOOK_SECRET
 from tests.test_errors import assert_error
 
 REAL_FIXTURES = Path(sandbox_pkg.__file__).resolve().parent / "fixtures"  # the real payloads, copied unchanged

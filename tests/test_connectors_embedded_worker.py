@@ -23,7 +23,7 @@ from tests.connector_factories import make_instance
 from tests.connector_helpers import delivery_headers, post_webhook
 from tests.factories import MembershipFactory
 from tests.github_sandbox import DEFAULT_STATE_MAPPING, SANDBOX_REPO, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET
-from tests.github_sandbox import SERVICE_LOGIN, github_sandbox  # noqa: F401  (fixture import)
+from tests.github_sandbox import SERVICE_LOGIN
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,7 @@ from connectors.services import apply_tasks, inbound, interventions, polling
 from issues.actors import SYSTEM
 from issues.models import ActivityLog, Comment, Issue, WakeupRequest
 from tests.connector_factories import make_instance
-from tests.connector_helpers import fast_retries, post_webhook  # noqa: F401
+from tests.connector_helpers import post_webhook
 from tests.factories import AgentFactory
 from tests.test_errors import error_of
 
@@ -636,7 +636,7 @@ def test_crash_between_applying_a_page_and_saving_its_cursor_reapplies_idempoten
 
 def test_reconcile_detects_deletion_and_state_drift(setup, django_capture_on_commit_callbacks):
     instance, store = setup
-    a, b, c = store.add_task(1), store.add_task(2), store.add_task(3)
+    a, b, _ = store.add_task(1), store.add_task(2), store.add_task(3)
     with django_capture_on_commit_callbacks(execute=True):
         polling.instance_poll(instance_id=instance.pk)
     del store.tasks[a["id"]]  # deleted without a webhook

@@ -19,13 +19,12 @@ from issues.actors import SYSTEM
 from issues.models import Comment, Issue
 from tests.connector_helpers import delivery_headers
 from tests.factories import AgentFactory
-from tests.github_sandbox import (  # noqa: F401  (fixture import)
+from tests.github_sandbox import (
     DEFAULT_STATE_MAPPING,
     SANDBOX_REPO,
     SANDBOX_TOKEN,
     SANDBOX_WEBHOOK_SECRET,
     SERVICE_LOGIN,
-    github_sandbox,
 )
 
 FIXTURES = Path(DEFAULT_FIXTURES_DIR)  # the real GitHub payloads, copied unchanged into the package

@@ -23,7 +23,7 @@ from tests.factories import CompanyFactory, MembershipFactory
 from tests.jira_sandbox import DEFAULT_STATE_MAPPING as JIRA_MAPPING
 from tests.jira_sandbox import SANDBOX_EMAIL, SANDBOX_TOKEN
 from tests.linear_sandbox import DEFAULT_STATE_MAPPING as LINEAR_MAPPING
-from tests.linear_sandbox import SANDBOX_TEAM, linear_sandbox  # noqa: F401  (fixture import)
+from tests.linear_sandbox import SANDBOX_TEAM
 from tests.linear_sandbox import SANDBOX_TOKEN as LINEAR_TOKEN
 
 JIRA_AVAILABLE = "To Do, In Progress, In Review, Blocked, Done"

@@ -19,13 +19,12 @@ from issues.services.runs import run_finish
 from issues.services.thread import comment_create
 from tests.connector_helpers import delivery_headers
 from tests.factories import AgentFactory, RunFactory
-from tests.github_sandbox import (  # noqa: F401  (fixture import)
+from tests.github_sandbox import (
     DEFAULT_STATE_MAPPING,
     SANDBOX_REPO,
     SANDBOX_TOKEN,
     SANDBOX_WEBHOOK_SECRET,
     SERVICE_LOGIN,
-    github_sandbox,
 )
 
 SECTION_10_2 = {"postBacklink": True, "postProgressComments": True, "postArtifactLinks": True,

@@ -39,11 +39,11 @@ from tests.connector_factories import make_instance
 from tests.connector_helpers import post_webhook
 from tests.factories import IssueFactory, MembershipFactory
 from tests.github_sandbox import DEFAULT_STATE_MAPPING as GITHUB_MAPPING
-from tests.github_sandbox import SANDBOX_REPO, SANDBOX_TOKEN, SERVICE_LOGIN, github_sandbox  # noqa: F401
+from tests.github_sandbox import SANDBOX_REPO, SANDBOX_TOKEN, SERVICE_LOGIN
 from tests.jira_sandbox import DEFAULT_STATE_MAPPING as JIRA_MAPPING
-from tests.jira_sandbox import SANDBOX_PROJECT, jira_sandbox  # noqa: F401
+from tests.jira_sandbox import SANDBOX_PROJECT
 from tests.linear_sandbox import DEFAULT_STATE_MAPPING as LINEAR_MAPPING
-from tests.linear_sandbox import SANDBOX_TEAM, linear_sandbox  # noqa: F401
+from tests.linear_sandbox import SANDBOX_TEAM
 from tests.linear_sandbox import SANDBOX_TOKEN as LINEAR_TOKEN
 from tests.test_errors import assert_error
 

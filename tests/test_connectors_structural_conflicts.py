@@ -25,13 +25,12 @@ from issues.models import Comment, Issue
 from issues.services.issues import issue_update
 from tests.connector_helpers import delivery_headers
 from tests.factories import AgentFactory, MembershipFactory
-from tests.github_sandbox import (  # noqa: F401  (fixture import)
+from tests.github_sandbox import (
     DEFAULT_STATE_MAPPING,
     SANDBOX_REPO,
     SANDBOX_TOKEN,
     SANDBOX_WEBHOOK_SECRET,
     SERVICE_LOGIN,
-    github_sandbox,
 )
 
 

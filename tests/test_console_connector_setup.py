@@ -25,7 +25,7 @@ from issues.actors import SYSTEM
 from issues.models import ActivityLog
 from tests.factories import AgentFactory, CompanyFactory, MembershipFactory
 from tests.jira_sandbox import SANDBOX_EMAIL, SANDBOX_TOKEN as JIRA_TOKEN
-from tests.linear_sandbox import SANDBOX_TEAM, linear_sandbox  # noqa: F401  (fixture import)
+from tests.linear_sandbox import SANDBOX_TEAM
 from tests.linear_sandbox import SANDBOX_TOKEN as LINEAR_TOKEN
 
 TOKEN_ENV = "PAPERCLIP_SECRET_SETUP_TOKEN"

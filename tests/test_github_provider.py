@@ -29,13 +29,7 @@ from connectors.providers.base import (
 from connectors.providers.github import BACKLINK_MARKER, GitHubIssuesAdapter, graphql_url_for
 from connectors.providers.mentions import WORD_JOINER, neutralize_mentions
 from connectors.sandbox.github import DEFAULT_FIXTURES_DIR, sign
-from tests.github_sandbox import (  # noqa: F401  (fixture import)
-    DEFAULT_STATE_MAPPING,
-    SANDBOX_REPO,
-    SANDBOX_WEBHOOK_SECRET,
-    github_adapter_for,
-    github_sandbox,
-)
+from tests.github_sandbox import DEFAULT_STATE_MAPPING, SANDBOX_REPO, SANDBOX_WEBHOOK_SECRET, github_adapter_for
 
 FIXTURES = Path(DEFAULT_FIXTURES_DIR)  # the real payloads, copied unchanged into the package
 SECRET = "test-webhook-secret"

@@ -25,14 +25,13 @@ from connectors.providers.base import (
 )
 from connectors.providers.jira import JiraAdapter, wiki_to_markdown
 from connectors.sandbox.jira import DEFAULT_FIXTURES_DIR, JiraSandbox, sign
-from tests.jira_sandbox import (  # noqa: F401  (fixture import)
+from tests.jira_sandbox import (
     DEFAULT_STATE_MAPPING,
     SANDBOX_EMAIL,
     SANDBOX_PROJECT,
     SANDBOX_TOKEN,
     SANDBOX_WEBHOOK_SECRET,
     jira_adapter_for,
-    jira_sandbox,
 )
 
 FIXTURES = Path(DEFAULT_FIXTURES_DIR)

@@ -27,13 +27,12 @@ from connectors.providers.base import (
 )
 from connectors.providers.linear import LinearAdapter, linear_priority, linear_priority_from
 from connectors.sandbox.linear import DEFAULT_FIXTURES_DIR, LinearSandbox, sign
-from tests.linear_sandbox import (  # noqa: F401  (fixture import)
+from tests.linear_sandbox import (
     DEFAULT_STATE_MAPPING,
     SANDBOX_TEAM,
     SANDBOX_TOKEN,
     SANDBOX_WEBHOOK_SECRET,
     linear_adapter_for,
-    linear_sandbox,
 )
 
 FIXTURES = Path(DEFAULT_FIXTURES_DIR)

@@ -23,7 +23,7 @@ from connectors.sandbox.notion import sign
 from connectors.services.mapping_check import mapping_report
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM
-from tests.notion_sandbox import (  # noqa: F401  (fixture import)
+from tests.notion_sandbox import (
     FIXTURE_PAGE_ID,
     SANDBOX_TOKEN,
     STATE_MAPPING,
@@ -31,7 +31,6 @@ from tests.notion_sandbox import (  # noqa: F401  (fixture import)
     WORKSPACE_ID,
     make_sandbox,
     notion_adapter_for,
-    notion_sandbox,
 )
 
 

@@ -27,13 +27,12 @@ from connectors.providers.trello import TrelloAdapter
 from connectors.providers.trello.states import narrowing_errors
 from connectors.providers.trello.webhook import sign
 from connectors.sandbox import trello as trello_sb
-from tests.trello_sandbox import (  # noqa: F401  (fixture import)
+from tests.trello_sandbox import (
     DEFAULT_STATE_MAPPING,
     SANDBOX_KEY,
     SANDBOX_TOKEN,
     make_trello_sandbox,
     trello_adapter_for,
-    trello_sandbox,
 )
 
 FIXTURES = Path(sandbox_pkg.__file__).resolve().parent / "fixtures" / "trello"  # the real payloads, unchanged

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from connectors.sandbox.base import (
-    START_TIME,  # noqa: F401  (public name of this module)
+from connectors.sandbox.base import (  # noqa: F401  (START_TIME: a public name of this module)
+    START_TIME,
     DeliveryRecord,
     SandboxServer,
     cli_parser,

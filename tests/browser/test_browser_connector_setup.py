@@ -12,7 +12,7 @@ from connectors.models import ConnectorInstance
 from connectors.providers.linear import LinearAdapter
 from connectors.services.instances import webhook_url
 from tests.factories import AgentFactory, CompanyFactory, MembershipFactory
-from tests.linear_sandbox import SANDBOX_TEAM, SANDBOX_TOKEN, linear_sandbox  # noqa: F401  (fixture import)
+from tests.linear_sandbox import SANDBOX_TEAM, SANDBOX_TOKEN
 
 from .conftest import log_in
 
