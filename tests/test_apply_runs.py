@@ -100,6 +100,24 @@ def test_an_import_commits_before_the_rest_of_its_tasks_queue():
     assert not InboundEvent.objects.exclude(status=EventStatus.APPLIED).exists()
 
 
+
+def test_a_comment_that_imports_its_task_commits_before_the_rest_of_its_tasks_queue():
+    """A comment on a task not imported yet imports it first, so it holds the company's issue
+    counter as an import does: the run ends with it."""
+    instance, store, raw = queued_import()
+    InboundEvent.objects.filter(instance=instance).delete()  # the task arrives by its first comment
+    _queue(instance, store, raw, "comment-first", comment=store.add_comment(raw["id"], "first"))
+    _edit(instance, store, raw, "edited")
+    _queue(instance, store, raw, "comment-second", comment=store.add_comment(raw["id"], "second"))
+    with CaptureQueriesContext(connection) as ctx:
+        counts = inbound.task_events_process(instance_id=instance.pk, external_task_id=raw["id"])
+    assert counts["applied"] == 3
+    assert _claims(ctx) == 2  # the comment with its import alone, then the edit and the second comment
+    link = TaskLink.objects.select_related("issue").get(instance=instance)
+    assert link.issue.title == "edited"
+    assert [c.body.rsplit("\n", 1)[-1] for c in Comment.objects.filter(issue=link.issue).order_by("created_at")] == [
+        "first", "second"]
+
 def test_a_paused_instance_applies_nothing_of_a_run():
     instance, store, raw = imported()
     for title in ("one", "two"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from connectors.choices import LinkStatus, SyncMode
+from connectors.choices import EventStatus, LinkStatus, SyncMode
 from connectors.models import ExternalCommentLink, TaskLink
 from connectors.providers.base import ExternalComment, VerifiedEvent
 from issues.actors import SYSTEM
@@ -45,10 +45,15 @@ def comment_upserted(instance, verified: VerifiedEvent, key: str) -> Outcome:
     if link is None:
         if verified.task is None:
             return dropped("comment on a task that is not linked")
-        outcome = task_import_unless_unlinked(instance=instance, task=verified.task, key=key, actor=verified.actor)
+        imported = task_import_unless_unlinked(instance=instance, task=verified.task, key=key, actor=verified.actor)
+        if imported.status != EventStatus.APPLIED:  # nothing was linked: no need to look again
+            return dropped(f"comment on a task that is not linked ({imported.text})")
         link, record = active_link_and_record(instance, comment.external_task_id, comment.external_comment_id)
-        if link is None:
-            return dropped(f"comment on a task that is not linked ({outcome.text})")
+        outcome = (comment_import(instance=instance, link=link, comment=comment, key=key, record=record)
+                   if link is not None else dropped(f"comment on a task that is not linked ({imported.text})"))
+        # An import that created the issue took the company's issue counter: the run ends with it.
+        outcome.numbered = imported.numbered
+        return outcome
     return comment_import(instance=instance, link=link, comment=comment, key=key, record=record)
 
 
