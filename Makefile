@@ -11,8 +11,10 @@ PYTEST_WORKERS ?= auto
 
 # The demo: the GitHub sandbox on loopback is the one non-public address the server may call (plain
 # http, loopback only), and its token and webhook secret are fresh random values at each start,
-# referenced by the connector as allow-listed env:PAPERCLIP_SECRET_* names (never stored).
+# referenced by the connector as env:PAPERCLIP_SECRET_* names (never stored) that the allow-list
+# gives to the demo company (DEMO) only.
 run demo: export PAPERCLIP_OUTBOUND_ALLOWED_HOSTS = 127.0.0.1:8765
+run demo: export PAPERCLIP_SECRET_ENV_ALLOWLIST = DEMO:PAPERCLIP_SECRET_GITHUB_SANDBOX_*
 run demo: export PAPERCLIP_OUTBOUND_ALLOW_HTTP = true
 run demo: export PAPERCLIP_SECRET_GITHUB_SANDBOX_TOKEN := $(shell $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(24))')
 run demo: export PAPERCLIP_SECRET_GITHUB_SANDBOX_WEBHOOK_SECRET := $(shell $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(24))')

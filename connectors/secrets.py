@@ -1,9 +1,9 @@
 """Secret references (§14.2): ``env:NAME`` or ``secret:<uuid>`` (a Fernet-encrypted stored secret).
 
-``env:`` names obey the server's allow-list (paperclip.core.secret_refs); a stored secret belongs
-to one company and resolves only for it. The key comes from ``settings.CONNECTORS["SECRETS_KEY"]``
-(env ``PAPERCLIP_SECRETS_KEY``, a Fernet key); without one it is derived from ``SECRET_KEY``.
-Plaintext never lands in a model field."""
+``env:`` names obey the server's allow-list, whose entries name the company each variable is for
+(paperclip.core.secret_refs); a stored secret belongs to one company and resolves only for it.
+The key comes from ``settings.CONNECTORS["SECRETS_KEY"]`` (env ``PAPERCLIP_SECRETS_KEY``, a Fernet
+key); without one it is derived from ``SECRET_KEY``. Plaintext never lands in a model field."""
 from __future__ import annotations
 
 import base64
@@ -65,12 +65,13 @@ def secret_store(*, company, name: str, value: str) -> str:
 
 def resolve(ref: str | None, *, company_id, field: str = "credentials") -> str | None:
     """The secret's value, or None for an empty reference. The company is required: a stored secret
-    of another company is unavailable (the company boundary holds for secrets too)."""
+    of another company, or an ``env:`` name the allow-list binds to another company, is unavailable
+    (the company boundary holds for secrets too)."""
     if not ref:
         return None
     if ENV_REF.match(ref):
         try:
-            return env_ref_resolve(ref)
+            return env_ref_resolve(ref, company_id=company_id)
         except (SecretRefused, SecretMissing) as exc:
             raise SecretUnavailable(str(exc), field=field) from None
     match = STORED_REF.match(ref)

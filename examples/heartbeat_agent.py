@@ -279,7 +279,7 @@ def heartbeat():
     # Step 6: context.
     packet = read_packet()
     detail = api("GET", f"/issues/{issue['id']}")
-    comments = api("GET", f"/issues/{issue['id']}/comments")
+    comments = api("GET", f"/issues/{issue['id']}/comments", params={"order": "asc"})  # the thread in order
     ancestors = " > ".join(a["identifier"] for a in detail.get("ancestors") or []) or "none"
     log(f"read {detail['identifier']}: {len(comments)} comment(s); ancestors: {ancestors}")
     triggers = [c for c in comments if c["id"] in WAKE_COMMENT_IDS]

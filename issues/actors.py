@@ -88,7 +88,7 @@ class Actor:
         for a long-lived key's own run id (see :attr:`client_run_id`)."""
         if self.agent is None:
             return self._run
-        if self._run is None and self._client_run_id is None:
+        if self._run is None and self._client_run_id is None and self.run_header:
             self._resolve_run_header()
         return self._run
 
@@ -102,7 +102,7 @@ class Actor:
 
     def _resolve_run_header(self):
         if not self.run_header:
-            raise Unauthorized(f"Agent mutations must carry the {RUN_HEADER} header.", code="run_id_required")
+            raise Unauthorized("Agent run id required", code="run_id_required")  # upstream's wording (ref §2.3)
         run_id = _uuid_or_none(self.run_header)
         if run_id is None:  # recorded in UUID columns, so it must be one
             raise InvalidInput(f"Invalid {RUN_HEADER} header", code="invalid_run_id",
@@ -120,13 +120,16 @@ class Actor:
             self._run = run
 
     def require_live_run(self) -> HeartbeatRun | None:
-        """For agent mutations: a header is required; when it names one of the agent's host runs,
+        """For run-scoped agent writes (checkout, release, writes to the agent's own in_progress
+        issue: ref §2.3): a header is required; when it names one of the agent's host runs,
         that run must not have ended. None for board users and for a client run id (which is never
         a live host run: the fences let the same agent adopt its own lock under another id).
 
         A queued run becomes running on its first use, so an agent started outside the host
         can work with the run id its wakeup returned.
         """
+        if self.agent is not None and not self.run_header and self._run is None:  # (the host may pass _run)
+            self._resolve_run_header()  # 401 run_id_required
         run = self.run
         if run is None:
             return None
@@ -140,6 +143,12 @@ class Actor:
             ).update(status=RunStatus.RUNNING, started_at=now, updated_at=now)
             run.status, run.started_at = RunStatus.RUNNING, now
         return run
+
+    def named_live_run(self) -> HeartbeatRun | None:
+        """For agent writes that are not run-scoped (issue creation, approvals, labels, writes
+        outside the agent's own in_progress issue: ref §2.3): no header is fine (the activity row
+        then names no run); a header given is checked as :meth:`require_live_run` checks it."""
+        return self.require_live_run() if self.run_header or self._run is not None else None
 
     @property
     def run_ref(self) -> uuid.UUID | None:

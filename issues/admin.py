@@ -254,7 +254,9 @@ class AgentAdminForm(forms.ModelForm):
     def clean(self):
         cleaned = super().clean()
         try:
-            adapter_config_validate(cleaned.get("adapter_type") or "none", cleaned.get("adapter_config") or {})
+            company = cleaned.get("company") or getattr(self.instance, "company", None)
+            adapter_config_validate(cleaned.get("adapter_type") or "none", cleaned.get("adapter_config") or {},
+                                    company_id=getattr(company, "pk", None))
         except InvalidInput as exc:
             for field, reasons in exc.details.items():
                 self.add_error("adapter_type" if field == "adapterType" else "adapter_config", reasons)

@@ -189,16 +189,26 @@ def issue_list(*, company, params, actor: Actor | None = None):
     return filterset.qs.prefetch_related("labels")[offset: offset + limit]
 
 
+COMMENT_PAGE_MAX = 500  # upstream's cap on one read of a thread
+
+
 def comment_list(*, issue: Issue, params):
-    qs = Comment.objects.filter(issue=issue).select_related("author_agent", "author_user").order_by("created_at", "id")
-    after = params.get("after")
+    """Upstream's thread read: newest first unless ``order=asc``; ``after`` (alias
+    ``afterCommentId``) keeps the comments newer than that one; ``limit`` 1-500 (clamped), none = all."""
+    ascending = str(params.get("order") or "").strip().lower() == "asc"
+    qs = Comment.objects.filter(issue=issue).select_related("author_agent", "author_user").order_by(
+        *(("created_at", "id") if ascending else ("-created_at", "-id")))
+    name = "after" if params.get("after") else "afterCommentId"
+    after = params.get(name)
     if after:
-        anchor = Comment.objects.filter(issue=issue, pk=_uuid_or_error(after, "after")).first()
+        anchor = Comment.objects.filter(issue=issue, pk=_uuid_or_error(after, name)).first()
         if anchor is None:
-            raise InvalidInput(details={"after": ["No such comment on this issue."]})
+            raise InvalidInput(details={name: ["No such comment on this issue."]})
         qs = qs.filter(Q(created_at__gt=anchor.created_at) | Q(created_at=anchor.created_at, id__gt=anchor.id))
-    limit, _ = list_window(params)
-    return qs[:limit]
+    limit = params.get("limit")
+    if limit is None:
+        return qs
+    return qs[:min(bounded_int(limit, "limit", minimum=1), COMMENT_PAGE_MAX)]
 
 
 def run_events(*, run: HeartbeatRun, params):
@@ -216,7 +226,8 @@ def document_list(*, issue: Issue):
 
 
 def document_get(*, issue: Issue, key: str) -> Document:
-    document = Document.objects.select_related("latest_revision").filter(issue=issue, key=key).first()
+    # Keys are stored lower-cased (issues.services.thread.document_write): PLAN reads plan, as upstream.
+    document = Document.objects.select_related("latest_revision").filter(issue=issue, key=key.lower()).first()
     if document is None:
         raise NotFound("Document not found.")
     return document
@@ -570,13 +581,13 @@ def project_list(*, company, params):
     from issues.models import Project
 
     return _filtered_window(ProjectFilterSet, params,
-                            Project.objects.filter(company=company).order_by("name", "id"))
+                            Project.objects.filter(company=company).prefetch_related("goals").order_by("name", "id"))
 
 
 def project_get(*, actor: Actor, pk):
     from issues.models import Project
 
-    return scoped_get(Project.objects.all(), actor, pk, "Project")
+    return scoped_get(Project.objects.prefetch_related("goals"), actor, pk, "Project")
 
 
 def activity_list(*, company, params):

@@ -57,6 +57,7 @@ MIDDLEWARE = [
     "paperclip.core.middleware.CurrentCompanyMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "paperclip.core.middleware.ConsoleCspMiddleware",  # console HTML only (not /admin/, /api/)
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -234,6 +235,9 @@ PAPERCLIP = {
     "WORKSPACE_ROOT": env("PAPERCLIP_WORKSPACE_ROOT", default=str(VAR_DIR / "workspaces")),
     "WORKSPACE_RETENTION_SECONDS": env.int("PAPERCLIP_WORKSPACE_RETENTION_SECONDS", default=24 * 3600),
     "WORKSPACE_DISK_CAP_BYTES": env.int("PAPERCLIP_WORKSPACE_DISK_CAP_BYTES", default=20 * 1024**3),
+    # Hooks in the WORKFLOW.md of an https repository (any board user may set one) run only on a
+    # single-tenant server that says so; a folder, file:// or ssh repository is staff-set anyway.
+    "TRUST_REPOSITORY_HOOKS": env.bool("PAPERCLIP_TRUST_REPOSITORY_HOOKS", default=False),
     # Cases: the workflow text and initialDocuments of a new case share one byte budget.
     "CASE_SEED_BUDGET_BYTES": env.int("PAPERCLIP_CASE_SEED_BUDGET_BYTES", default=1024 * 1024),
     # Hostile input: API request bodies over this size are a 413 (DATA_UPLOAD_MAX_MEMORY_SIZE below;
@@ -241,9 +245,12 @@ PAPERCLIP = {
     # signed webhook payloads alike).
     "MAX_REQUEST_BYTES": env.int("PAPERCLIP_MAX_REQUEST_BYTES", default=2_621_440),
     "JSON_MAX_DEPTH": env.int("PAPERCLIP_JSON_MAX_DEPTH", default=64),
-    # Which env:NAME secret references tenants may use (exact names, or prefixes ending in *); the
+    # Which env:NAME secret references tenants may use (exact names, or prefixes ending in *), each
+    # bound to the company it is for ("ACME:PAPERCLIP_SECRET_ACME_*", issue prefix or company id); the
     # server's own configuration variables are refused whatever this says (paperclip.core.secret_refs).
     "SECRET_ENV_ALLOWLIST": env.list("PAPERCLIP_SECRET_ENV_ALLOWLIST", default=["PAPERCLIP_SECRET_*"]),
+    # Entries without a company apply to every company only on a server that serves one tenant.
+    "SECRET_ENV_SINGLE_TENANT": env.bool("PAPERCLIP_SECRET_ENV_SINGLE_TENANT", default=False),
     # Outbound requests to tenant-configured URLs (paperclip.core.outbound_http): non-public
     # addresses are refused unless listed here (host, host:port or CIDR); plain http only to loopback.
     "OUTBOUND_ALLOWED_HOSTS": env.list("PAPERCLIP_OUTBOUND_ALLOWED_HOSTS", default=[]),

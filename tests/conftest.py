@@ -84,6 +84,16 @@ def _loopback_outbound_allowed():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _secret_env_single_tenant():
+    """The suite's companies share the test process's environment as one tenant's would: allow-list
+    entries without a company apply to all of them. The default (entries bound to a company, as
+    `make run` binds the demo's) is pinned by tests/test_secret_refs_tenancy.py."""
+    settings.PAPERCLIP["SECRET_ENV_SINGLE_TENANT"] = True
+    os.environ["PAPERCLIP_SECRET_ENV_SINGLE_TENANT"] = "true"
+    yield
+
+
 @pytest.fixture
 def company(db):
     return CompanyFactory()

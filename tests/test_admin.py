@@ -218,7 +218,7 @@ def test_issue_change_rejected_by_the_service_is_not_saved(admin_client, world):
     blocker = world.blocker  # unassigned: cannot be in progress
     response = post_issue_change(admin_client, blocker, status="in_progress")
     assert response.redirect_chain[-1][0] == admin_url(Issue, "change", blocker.pk)
-    assert "Not saved" in response.content.decode() and "needs an assignee" in response.content.decode()
+    assert "Not saved" in response.content.decode() and "require an assignee" in response.content.decode()
     blocker.refresh_from_db()
     assert blocker.status == "backlog"
 

@@ -103,7 +103,9 @@ def test_detail_has_the_chain_of_command_manager_first(agent_client, company):
 
 # --- create ------------------------------------------------------------------------------------
 
-def test_board_creates_an_agent_with_upstream_fields(board_client, company):
+def test_board_creates_an_agent_with_upstream_fields(board_client, board_user, company):
+    board_user.is_staff = True  # a local process command is staff's (tests/test_server_execution_boundary.py)
+    board_user.save(update_fields=["is_staff"])
     boss = AgentFactory(company=company, role="ceo")
     response = board_client.post(agents_url(company), {
         "name": "Grace", "title": "Reviewer", "reportsTo": str(boss.pk), "capabilities": "reviews PRs",

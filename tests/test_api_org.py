@@ -144,7 +144,7 @@ def test_project_create_maps_upstream_workspace_settings(board_client, company):
     project = Project.objects.get(pk=body["id"])
     assert (project.repository, project.base_ref, project.workspace_strategy, project.branch_template) == (
         "https://git.example.com/org/app.git", "main", "isolated_workspace", "pc/{identifier}")
-    assert (body["status"], body["goalIds"], body["color"]) == ("backlog", [], None)
+    assert (body["status"], body["goalIds"], body["color"]) == ("backlog", [], "#ff0000")
     assert body["primaryWorkspace"] == {"id": body["id"], "projectId": body["id"], "name": "App", "cwd": None,
                                         "repoUrl": "https://git.example.com/org/app.git", "repoRef": "main",
                                         "isPrimary": True}

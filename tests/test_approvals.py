@@ -210,9 +210,13 @@ def test_invalid_create_bodies_are_400_naming_the_field(asker, company, body, fi
     assert not Approval.objects.exists()
 
 
-def test_agents_create_from_a_live_run_and_board_users_need_a_write_role(asker, company, board_client, board_user):
-    asker.use_run(None)
-    assert_error(create(asker, company, request_body(asker.issue)), 401, "run_id_required")
+def test_agents_create_without_a_run_header_and_board_users_need_a_write_role(asker, company, board_client,
+                                                                              board_user):
+    ended = RunFactory(agent=asker.agent, status="succeeded", finished_at=asker.run.created_at)
+    asker.use_run(ended)  # a header given must name a live run
+    assert_error(create(asker, company, request_body(asker.issue)), 409, "run_not_live")
+    asker.use_run(None)  # approvals are not run-scoped (ref §2.3)
+    assert create(asker, company, request_body(asker.issue)).status_code == 201
     viewer = board_client_for(company, "viewer", "vera")
     assert_error(create(viewer, company, request_body(asker.issue)), 403, "read_only_role")
     created = create(board_client, company, {**request_body(asker.issue), "requestedByAgentId": str(asker.agent.pk)})
@@ -222,7 +226,7 @@ def test_agents_create_from_a_live_run_and_board_users_need_a_write_role(asker, 
     foreign_agent = AgentFactory(company=CompanyFactory())
     foreign_requester = {**request_body(asker.issue), "requestedByAgentId": str(foreign_agent.pk)}
     assert_error(create(board_client, company, foreign_requester), 404, fields=["requestedByAgentId"])
-    assert Approval.objects.count() == 1
+    assert Approval.objects.count() == 2
 
 
 def test_list_filters_by_status_and_puts_open_ones_first(board_client, company, asker, pending):
@@ -513,19 +517,19 @@ def test_unknown_comment_fields_are_refused(board_client, pending):
     assert not ApprovalComment.objects.exists()
 
 
-def test_agents_comment_from_a_live_run_and_viewers_only_read(asker, pending, company, make_agent_client):
-    # The asker's run has ended (the `pending` fixture): a comment needs a live one.
+def test_agents_comment_without_a_run_header_and_viewers_only_read(asker, pending, company, make_agent_client):
+    # The asker's run has ended (the `pending` fixture): a header given must name a live run.
     assert_error(asker.post(comments_url(pending), {"body": "late"}, format="json"), 409, "run_not_live")
-    asker.use_run(None)
-    assert_error(asker.post(comments_url(pending), {"body": "no run"}, format="json"), 401, "run_id_required")
     viewer = board_client_for(company, "viewer", "vera")
     assert_error(viewer.post(comments_url(pending), {"body": "looks fine"}, format="json"), 403, "read_only_role")
     assert not ApprovalComment.objects.exists()
     assert not ActivityLog.objects.filter(action="approval.comment_added").exists()
+    asker.use_run(None)  # approvals are not run-scoped (ref §2.3)
+    assert asker.post(comments_url(pending), {"body": "no run"}, format="json").status_code == 201
 
     colleague = make_agent_client(company=company)  # any agent of the company may take part
     assert colleague.post(comments_url(pending), {"body": "I can help."}, format="json").status_code == 201
-    assert [c["body"] for c in viewer.get(comments_url(pending)).json()] == ["I can help."]
+    assert [c["body"] for c in viewer.get(comments_url(pending)).json()] == ["no run", "I can help."]
 
 
 def test_another_companys_approval_comments_are_404_and_nothing_is_written(pending, make_agent_client):

@@ -196,9 +196,10 @@ def test_release_by_other_run_refused_unless_holder_is_stale(make_agent_client, 
     owner = make_agent_client(company=company)
     checkout(owner, issue, owner.agent)
     holder = owner.run
-    # Another run of the assignee (release is the assignee's: another agent gets 403, see test_fences).
+    # Another run of the assignee (release is the assignee's: another agent gets 409, see test_fences).
     other = make_agent_client(owner.agent, company=company)
-    assert other.post(f"/api/issues/{issue.pk}/release").status_code == 409
+    refused = other.post(f"/api/issues/{issue.pk}/release")
+    assert refused.status_code == 409 and refused.json()["error"] == "Only checkout run can release issue"
     type(holder).objects.filter(pk=holder.pk).update(status=RunStatus.TIMED_OUT, finished_at=holder.created_at)
     assert other.post(f"/api/issues/{issue.pk}/release").status_code == 200
 

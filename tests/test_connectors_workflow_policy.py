@@ -363,7 +363,9 @@ def test_the_instances_workflow_defaults_apply_to_linked_issues_without_a_docume
     assert wake.context["taskPacket"].startswith("Turns 4\n")
     policy = run_policy_for(agent=None, issue=link.issue)
     assert (policy.max_turns, policy.sources["max_turns"]) == (4, "workflow")
-    assert (policy.hooks["before_run"], policy.sources["hooks.before_run"]) == ("make deps", "workflow")
+    # Hooks are commands on this server; a connector's defaults are a company admin's: never run.
+    assert "before_run" not in policy.hooks and "hooks.before_run" not in policy.sources
+    assert "workflowDefaults" in policy.hooks_ignored["before_run"]
     assert run_policy_for(agent=None, project=link.issue.project).sources["max_turns"] == "default"  # unlinked
 
     instance.config = {**instance.config, "workflowDefaults": {"agent": {"max_turns": "four"}}}

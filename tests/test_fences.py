@@ -318,12 +318,15 @@ def test_documents_work_products_and_blockers_are_the_owners(adas_issue, ada, bo
 def test_release_is_the_assignees(adas_issue, ada, bob):
     checkout(ada, adas_issue.pk)
     refused = bob.post(f"/api/issues/{adas_issue.pk}/release")
-    assert_lock_refusal(refused, issue_id=adas_issue.pk, holder=ada, actor=bob)
+    # Upstream's refusal (ref §7), with the lock details every issue-write refusal carries.
+    assert refused.status_code == 409 and error(refused)["code"] == "not_assignee"
+    assert error(refused)["message"] == "Only assignee can release issue"
+    assert error(refused)["details"]["holderAgentId"] == str(ada.agent.pk)
     # Once ada's run has ended (its lock released), another agent still cannot release her claim.
     run_finish(run=HeartbeatRun.objects.get(pk=ada.run.pk), status="succeeded")
     assert Issue.objects.get(pk=adas_issue.pk).status == "in_progress"
     refused = bob.post(f"/api/issues/{adas_issue.pk}/release")
-    assert refused.status_code == 403 and error(refused)["code"] == "not_your_issue"
+    assert refused.status_code == 409 and error(refused)["code"] == "not_assignee"
     assert Issue.objects.get(pk=adas_issue.pk).status == "in_progress"
     ada.use_run(RunFactory(agent=ada.agent))
     released = ada.post(f"/api/issues/{adas_issue.pk}/release")

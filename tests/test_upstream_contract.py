@@ -412,6 +412,16 @@ def in_progress_for_release(w, api):
     assert r.status_code == 200, r.text
 
 
+def staff_board(w, api):
+    """A local agent process's command is set by staff (issues.services.host_commands)."""
+    from django.contrib.auth import get_user_model
+
+    from issues.models import Membership
+
+    get_user_model().objects.filter(pk__in=Membership.objects.filter(company_id=w.ids["company"])
+                                    .values("user_id")).update(is_staff=True)
+
+
 def pause_spare(w, api):
     Agent.objects.filter(pk=w.ids["spare"]).update(status="paused", pause_reason="manual")
 
@@ -511,7 +521,7 @@ CASES = [
     Case("agents_create", "POST", "/companies/{company}/agents", board_only(201), AGENT_OBJ,
          body={"name": "Nova", "role": "designer", "title": "Designer", "adapterType": "process",
                "adapterConfig": {"command": ["echo", "hi"]}, "budgetMonthlyCents": 500},
-         refusal="missing_permission",
+         refusal="missing_permission", setup=staff_board,
          invalid=(({"adapterType": "process"}, "name"),
                   ({"name": "Nova", "adapterType": "process", "role": "wizard"}, "role"),
                   ({"name": "Nova", "adapterType": "process", "budgetMonthlyCents": -1}, "budgetMonthlyCents")),

@@ -50,7 +50,9 @@ def test_paused_over_budget_and_terminal_wakes_are_skipped_with_reason(board_cli
     assert not HeartbeatRun.objects.filter(agent__in=[paused, broke, fine]).exists()
 
 
-def test_an_agent_waking_another_needs_its_run(agent_client, company):
+def test_an_agent_wakes_only_itself(agent_client, company):
+    # Upstream (ref §5.1): with or without its run, never another agent (403 agent_self_only).
     other = AgentFactory(company=company)
+    assert wake(agent_client, other).status_code == 403
     agent_client.use_run(None)
-    assert wake(agent_client, other).status_code == 401
+    assert wake(agent_client, other).status_code == 403

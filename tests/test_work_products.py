@@ -80,8 +80,10 @@ def test_an_agent_needs_the_checkout_run_while_the_issue_is_in_progress(agent_cl
     assert agent_client.post(url(issue), PR, format="json").status_code == 201
 
 
-def test_an_agent_mutation_without_a_run_header_is_refused(make_agent_client, company, issue):
+def test_an_agent_mutation_without_a_run_header_is_refused(make_agent_client, company):
     client = make_agent_client(company=company, with_run=False)
+    # Run-scoped on the agent's own in_progress issue only (ref §2.3).
+    issue = IssueFactory(company=company, assignee_agent=client.agent, status="in_progress")
     response = client.post(url(issue), PR, format="json")
     assert response.status_code == 401 and response.json()["code"] == "run_id_required"
     assert not WorkProduct.objects.exists()

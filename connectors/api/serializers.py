@@ -12,8 +12,8 @@ from ..providers import base as providers
 
 @extend_schema_field({"oneOf": [
     {"type": "string", "pattern": r"^(env:[A-Za-z_][A-Za-z0-9_]{0,127}|secret:[0-9a-fA-F-]{32,36}|)$",
-     "description": "A reference: 'env:NAME' (a name the server allows), a stored 'secret:<id>' of this "
-                    "company, or '' for none."},
+     "description": "A reference: 'env:NAME' (a name the server's allow-list gives this company), a stored "
+                    "'secret:<id>' of this company, or '' for none."},
     {"type": "object", "required": ["value"], "additionalProperties": False,
      "properties": {"value": {"type": "string", "minLength": 1}}, "description": "Stored encrypted."},
 ]})

@@ -28,7 +28,7 @@ GENERIC_HELP = {
     "containers": "One container per line: the repositories, teams, projects, boards or databases this "
                   "connector reads.",
     "baseUrl": "The provider's API root. Leave empty for the provider's default.",
-    "credentials": "A secret reference: env:NAME (a variable the server's allow-list permits) or a stored "
+    "credentials": "A secret reference: env:NAME (a variable the server's allow-list gives this company) or a stored "
                    "secret. To store a new one, type it in the second box: it is encrypted and only its "
                    "reference is kept.",
     "webhookSecret": "The secret the provider signs deliveries with, as a reference like the credentials.",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Mapping
 
+from paperclip.core.links import web_url  # noqa: F401  (re-exported: every provider's task/comment ``url``)
 from paperclip.core.outbound_http import url_refusal
 
 
@@ -100,7 +101,7 @@ class ExternalTask:
     assignees: tuple[ExternalActor, ...] = ()
     labels: tuple[str, ...] = ()  # trimmed, lowercased
     blocked_by: tuple[ExternalTaskRef, ...] = ()
-    url: str | None = None
+    url: str | None = None  # adapters pass it through web_url: it becomes a link in the console
     branch_name: str | None = None
     due_at: datetime | None = None
     created_at: datetime | None = None

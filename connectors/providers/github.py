@@ -122,6 +122,7 @@ from .base import (
     normalize_labels,
     normalize_state_name,
     register,
+    web_url,
 )
 from .http import (
     ALL_OPERATIONS,
@@ -402,7 +403,7 @@ class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
             priority=None,
             assignees=tuple(a for a in (self.actor(u) for u in assignees) if a),
             labels=tuple(labels),
-            url=issue.get("html_url"),
+            url=web_url(issue.get("html_url")),
             created_at=_utc(issue.get("created_at")),
             updated_at=_utc(issue.get("updated_at")),
             revision=issue.get("updated_at"),
@@ -422,7 +423,7 @@ class GitHubIssuesAdapter(HttpClientMixin, TaskSourceAdapter):
         author = self.actor(comment.get("user")) or ExternalActor(self.provider_key, "", "ghost")
         return ExternalComment(
             external_comment_id=str(comment["id"]), external_task_id=external_task_id, author=author,
-            body=body or "", url=comment.get("html_url"), created_at=_utc(comment.get("created_at")),
+            body=body or "", url=web_url(comment.get("html_url")), created_at=_utc(comment.get("created_at")),
             updated_at=_utc(comment.get("updated_at")), envelope=envelope)
 
     # --- cursors ---------------------------------------------------------------------------------

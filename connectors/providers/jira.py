@@ -120,6 +120,7 @@ from .base import (
     normalize_labels,
     normalize_state_name,
     register,
+    web_url,
 )
 from .custom_fields import custom_fields as routed_custom_fields
 from .http import (
@@ -420,7 +421,7 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
         return ExternalTask(
             provider_key=self.provider_key, external_id=str(issue["id"]), external_key=key, title=title or "",
             description=description, state=state, priority=priority, assignees=(assignee,) if assignee else (),
-            labels=tuple(normalize_labels(labels)), blocked_by=tuple(blocked_by), url=f"{self._browse_base(issue)}/browse/{key}",
+            labels=tuple(normalize_labels(labels)), blocked_by=tuple(blocked_by), url=web_url(f"{self._browse_base(issue)}/browse/{key}"),
             due_at=parse_due(fields.get("duedate")), created_at=_utc(fields.get("created")), updated_at=_utc(fields.get("updated")),
             revision=fields.get("updated"), container_id=container, envelope=envelope)
 
@@ -452,7 +453,7 @@ class JiraAdapter(HttpClientMixin, TaskSourceAdapter):
             url = f"{base.group(1) if base else self.base_url}/browse/{issue_key}?focusedCommentId={comment.get('id')}"
         return ExternalComment(
             external_comment_id=str(comment["id"]), external_task_id=external_task_id, author=author, body=body,
-            url=url, created_at=_utc(comment.get("created")), updated_at=_utc(comment.get("updated")), envelope=envelope)
+            url=web_url(url), created_at=_utc(comment.get("created")), updated_at=_utc(comment.get("updated")), envelope=envelope)
 
     # --- cursors ---------------------------------------------------------------------------------
     @staticmethod

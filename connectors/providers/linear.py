@@ -104,6 +104,7 @@ from .base import (
     normalize_labels,
     normalize_state_name,
     register,
+    web_url,
 )
 from .http import (
     ALL_OPERATIONS,
@@ -446,7 +447,7 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
             provider_key=self.provider_key, external_id=issue_id, external_key=identifier, title=title or "",
             description=description, state=state, priority=linear_priority(issue.get("priority")),
             assignees=(assignee,) if assignee else (), labels=tuple(normalize_labels(label_names)),
-            blocked_by=tuple(blocked_by), url=issue.get("url") or url, branch_name=issue.get("branchName"),
+            blocked_by=tuple(blocked_by), url=web_url(issue.get("url") or url), branch_name=issue.get("branchName"),
             due_at=parse_due(issue.get("dueDate")), created_at=_utc(issue.get("createdAt")), updated_at=_utc(issue.get("updatedAt")),
             revision=issue.get("updatedAt"), container_id=container, envelope=envelope)
 
@@ -464,7 +465,7 @@ class LinearAdapter(HttpClientMixin, TaskSourceAdapter):
             envelope["botActor"] = {"id": bot.get("id"), "name": bot.get("name")}
         return ExternalComment(
             external_comment_id=str(comment["id"]), external_task_id=external_task_id, author=author,
-            body=body or "", url=comment.get("url") or url, created_at=_utc(comment.get("createdAt")),
+            body=body or "", url=web_url(comment.get("url") or url), created_at=_utc(comment.get("createdAt")),
             updated_at=_utc(comment.get("updatedAt")), envelope=envelope)
 
     # --- cursors ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from connectors.providers.base import (
     ProviderError,
     VerifiedEvent,
     normalize_state_name,
+    web_url,
 )
 from issues.actors import SYSTEM
 from issues.choices import TERMINAL_ISSUE_STATUSES, IssueStatus, OriginKind
@@ -211,7 +212,8 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
 
     link.external_title = task.title[:500]
     link.external_key = task.external_key or link.external_key
-    link.external_url = task.url or link.external_url
+    # (a script URL stored before adapters filtered URLs is dropped on the next sync, not kept)
+    link.external_url = task.url or web_url(link.external_url)
     link.external_state_name = task.state.name[:200]
     link.external_state_category = task.state.category
     link.external_updated_at = task.updated_at or link.external_updated_at

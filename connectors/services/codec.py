@@ -15,6 +15,7 @@ from connectors.providers.base import (
     ExternalTask,
     ExternalTaskRef,
     VerifiedEvent,
+    web_url,
 )
 
 
@@ -69,7 +70,8 @@ def task_load(data) -> ExternalTask | None:
         assignees=tuple(actor_load(a) for a in data.get("assignees") or ()),
         labels=tuple(data.get("labels") or ()),
         blocked_by=tuple(ExternalTaskRef(**b) for b in data.get("blocked_by") or ()),
-        url=data.get("url"), branch_name=data.get("branch_name"), due_at=_dt(data.get("due_at")),
+        # web_url again: an event stored before adapters filtered URLs must not bring a script URL back on replay
+        url=web_url(data.get("url")), branch_name=data.get("branch_name"), due_at=_dt(data.get("due_at")),
         created_at=_dt(data.get("created_at")), updated_at=_dt(data.get("updated_at")),
         revision=data.get("revision"), container_id=data.get("container_id"), envelope=data.get("envelope") or {},
     )
@@ -80,7 +82,7 @@ def comment_load(data) -> ExternalComment | None:
         return None
     return ExternalComment(
         external_comment_id=str(data["external_comment_id"]), external_task_id=str(data["external_task_id"]),
-        author=actor_load(data.get("author")), body=data.get("body") or "", url=data.get("url"),
+        author=actor_load(data.get("author")), body=data.get("body") or "", url=web_url(data.get("url")),
         created_at=_dt(data.get("created_at")), updated_at=_dt(data.get("updated_at")),
         envelope=data.get("envelope") or {},
     )

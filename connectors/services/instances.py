@@ -19,7 +19,7 @@ from .common import adapter_class, adapter_for, conf, provider_known
 from .interventions import require_admin, secret_input
 from .mapping_check import CHECKED_FIELDS
 from .routing_rules import rule_errors, rules_check
-from .workflow_policy import workflow_defaults_errors
+from .workflow_policy import workflow_defaults_errors, workflow_defaults_hook_errors
 
 log = logging.getLogger("connectors.instances")
 
@@ -74,6 +74,7 @@ def _validate(company: Company, data: dict, provider_key: str) -> dict:
     if isinstance(data.get("config"), dict):
         errors.update(_no_inline_secrets(data["config"]))
         errors.update(workflow_defaults_errors(data["config"]))
+        errors.update(workflow_defaults_hook_errors(data["config"]))
         if provider_known(provider_key):
             errors.update(adapter_class(provider_key).config_errors(data["config"]))
     if isinstance(data.get("state_mapping"), dict) and provider_known(provider_key):

@@ -168,8 +168,9 @@ def credentials_rotate(*, actor: Actor, instance: ConnectorInstance, idempotency
 
 def secret_input(value, *, company, name: str, field: str) -> str:
     """An API/CLI secret value -> a reference that resolves for ``company`` now. Strings must already
-    be references; an ``env:`` name outside the server's allow-list or unset is a 400 naming the
-    field, another company's stored secret a 404 (as if it did not exist)."""
+    be references; an ``env:`` name the server's allow-list does not give this company, or an unset
+    one, is a 400 naming the field (one answer for both: no probing for variables), another
+    company's stored secret a 404 (as if it did not exist)."""
     if isinstance(value, dict):
         plain = value.get("value")
         if not isinstance(plain, str) or not plain or set(value) != {"value"}:

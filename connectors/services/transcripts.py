@@ -123,7 +123,8 @@ def _summary_lines(run) -> list[str]:
 def _agent_secrets(agent) -> list[str]:
     """The values the host redacts from this agent's run log (its adapter's configured secrets)."""
     try:
-        return [s for s in get_adapter(agent.adapter_type).secrets_from_config(agent.adapter_config or {}) if s]
+        return [s for s in get_adapter(agent.adapter_type).secrets_from_config(agent.adapter_config or {},
+                                                                               company_id=agent.company_id) if s]
     except Exception:  # noqa: BLE001 — an unusable config has no secrets to resolve; patterns still apply
         return []
 

@@ -38,7 +38,7 @@ from issues.workflow.document import SOURCE_LABELS as DOCUMENT_LABELS
 from issues.workflow.document import digest, repository_workflow
 from issues.workflow.effective import record_invalid_activity
 from issues.workflow.errors import PolicyInvalid
-from issues.workflow.settings import validate_front_matter
+from issues.workflow.settings import HOOK_NAMES, validate_front_matter
 
 from .common import sync_error_record
 
@@ -141,6 +141,19 @@ def workflow_defaults_errors(config: dict | None) -> dict:
     except PolicyInvalid as exc:
         return {f"config.{DEFAULTS_KEY}.{exc.key}": [exc.reason]}
     return {}
+
+
+def workflow_defaults_hook_errors(config: dict | None) -> dict:
+    """Hooks are shell commands on this server, and connector configuration is a company admin's: a
+    staff user sets hooks on the project instead (when read, a connector's hooks are ignored:
+    issues.services.run_policy)."""
+    value = (config or {}).get(DEFAULTS_KEY)
+    hooks = value.get("hooks") if isinstance(value, dict) else None
+    if not isinstance(hooks, dict):
+        return {}
+    return {f"config.{DEFAULTS_KEY}.hooks.{name}": ["Hooks are commands on this server: a staff user sets them "
+                                                    "in the project's workflow document, not here."]
+            for name in HOOK_NAMES if hooks.get(name) not in (None, "", [])}
 
 
 def instance_workflow_defaults(instance: ConnectorInstance) -> dict | None:

@@ -34,7 +34,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from issues.choices import TERMINAL_RUN_STATUSES, AdapterType, RunLiveness
-from paperclip.core.secret_refs import SecretMissing, SecretRefused, env_ref_refusal, env_ref_resolve
+from paperclip.core.secret_refs import SecretMissing, SecretRefused, env_ref_name, env_ref_refusal, env_ref_resolve
 
 from .result_line import RunReport
 
@@ -108,8 +108,8 @@ class Adapter(abc.ABC):
     def validate_config(self, config: dict) -> None:
         """Raise AdapterConfigError when ``config`` cannot work. Cheap; no I/O."""
 
-    def secrets_from_config(self, config: dict) -> list[str]:
-        """Values in ``config`` that must never appear in the run log."""
+    def secrets_from_config(self, config: dict, *, company_id) -> list[str]:
+        """Values in ``config`` that must never appear in the run log (resolved for the agent's company)."""
         return []
 
     @abc.abstractmethod
@@ -179,18 +179,40 @@ def run_keys_revoke(run) -> int:
 
 
 def secret_ref_check(ref, where: str) -> None:
-    """Write-time rule for an adapter's ``env:NAME`` reference: well-formed and admitted by the
-    server's secret allow-list (paperclip.core.secret_refs)."""
-    refusal = env_ref_refusal(ref) if isinstance(ref, str) else "A reference must look like 'env:NAME'."
-    if refusal:
-        raise AdapterConfigError(f"{where}: {refusal}")
+    """An adapter's own rule for an ``env:NAME`` reference: well-formed. Whether the server gives
+    NAME to the agent's company is secret_refs_check's (it needs the company)."""
+    if not isinstance(ref, str) or env_ref_name(ref) is None:
+        raise AdapterConfigError(f"{where}: A reference must look like 'env:NAME'.")
 
 
-def resolve_secret_ref(ref: str) -> str:
-    """``env:NAME`` -> its value, when the allow-list admits NAME (checked again here: a config
-    written before the rule existed is refused too). Other schemes are not supported here."""
+def _secret_refs(value, where: str):
+    # Every reference of a config, wherever the adapter keeps it (http: top level; process, runner,
+    # prp: env.NAME = {"secret_ref": …}), so a new adapter's references are fenced too.
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "secret_ref" and isinstance(item, str) and (where == "adapter_config" or len(value) == 1):
+                yield f"{where}.{key}", item
+            else:
+                yield from _secret_refs(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _secret_refs(item, f"{where}[{index}]")
+
+
+def secret_refs_check(config, *, company_id) -> None:
+    """Write-time rule for an adapter config's references: each admitted by the server's secret
+    allow-list for the agent's company (paperclip.core.secret_refs)."""
+    for where, ref in _secret_refs(config, "adapter_config"):
+        refusal = env_ref_refusal(ref, company_id=company_id)
+        if refusal:
+            raise AdapterConfigError(f"{where}: {refusal}")
+
+
+def resolve_secret_ref(ref: str, *, company_id) -> str:
+    """``env:NAME`` -> its value, when the allow-list gives NAME to the agent's company (checked again
+    here: a config written before the rule existed is refused too). Other schemes are not supported."""
     try:
-        return env_ref_resolve(ref)
+        return env_ref_resolve(ref, company_id=company_id)
     except (SecretRefused, SecretMissing) as exc:
         raise AdapterConfigError(f"secret_ref {ref!r}: {exc}") from None
 
@@ -236,7 +258,7 @@ def prepare_context(run, *, owner: str | None = None, api_url: str | None = None
     if not raw_key:
         env.pop("PAPERCLIP_API_KEY")
     try:
-        config_secrets = adapter.secrets_from_config(config)
+        config_secrets = adapter.secrets_from_config(config, company_id=agent.company_id)
     except AdapterConfigError:
         config_secrets = []  # execute() reports the config error
     policy = run_policy_for(agent=agent, issue=issue)

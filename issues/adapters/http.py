@@ -95,9 +95,9 @@ class HttpAdapter(Adapter):
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise AdapterConfigError("adapter_config.timeout_seconds must be a positive number")
 
-    def secrets_from_config(self, config: dict) -> list[str]:
+    def secrets_from_config(self, config: dict, *, company_id) -> list[str]:
         ref = config.get("secret_ref")
-        return [resolve_secret_ref(ref)] if ref else []
+        return [resolve_secret_ref(ref, company_id=company_id)] if ref else []
 
     def execute(self, ctx: RunContext) -> AdapterResult | None:
         from issues.services.runs import run_mark_running
@@ -105,7 +105,7 @@ class HttpAdapter(Adapter):
         config = ctx.config
         try:
             self.validate_config(config, resolve=False)  # the connection itself checks the address
-            secret = resolve_secret_ref(config["secret_ref"])
+            secret = resolve_secret_ref(config["secret_ref"], company_id=ctx.agent.company_id)
         except AdapterConfigError as exc:
             log_event(ctx, RunEventKind.SYSTEM, f"adapter config: {exc}")
             return AdapterResult(status=RunStatus.FAILED, error=f"adapter config: {exc}")

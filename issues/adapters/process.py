@@ -189,11 +189,11 @@ class ProcessAdapter(Adapter):
         if not isinstance(grace, (int, float)) or isinstance(grace, bool) or grace <= 0:
             raise AdapterConfigError("adapter_config.grace_seconds must be a positive number")
 
-    def _config_env(self, config: dict) -> tuple[dict[str, str], list[str]]:
+    def _config_env(self, config: dict, company_id) -> tuple[dict[str, str], list[str]]:
         env, secrets = {}, []
         for name, value in (config.get("env") or {}).items():
             if isinstance(value, dict):
-                env[name] = resolve_secret_ref(value["secret_ref"])
+                env[name] = resolve_secret_ref(value["secret_ref"], company_id=company_id)
                 secrets.append(env[name])
             else:
                 env[name] = value if isinstance(value, str) else json.dumps(value)
@@ -201,8 +201,8 @@ class ProcessAdapter(Adapter):
                     secrets.append(env[name])
         return env, secrets
 
-    def secrets_from_config(self, config: dict) -> list[str]:
-        return self._config_env(config)[1]
+    def secrets_from_config(self, config: dict, *, company_id) -> list[str]:
+        return self._config_env(config, company_id)[1]
 
     # --- execution -------------------------------------------------------------------------------
     def _stop_check(self, ctx: RunContext, now: float) -> tuple[str, str] | None:
@@ -218,7 +218,7 @@ class ProcessAdapter(Adapter):
         secrets = list(ctx.secrets) + [ctx.env.get("PAPERCLIP_API_KEY", "")]
         try:
             self.validate_config(config)
-            config_env, config_secrets = self._config_env(config)
+            config_env, config_secrets = self._config_env(config, ctx.agent.company_id)
         except AdapterConfigError as exc:
             log_event(ctx, RunEventKind.SYSTEM, f"adapter config: {exc}", secrets)
             return AdapterResult(status=RunStatus.FAILED, error=f"adapter config: {exc}")

@@ -95,8 +95,8 @@ class PrpAdapter(Adapter):
         folder = resources.files("prp_runner") / "scripts"
         return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
 
-    def secrets_from_config(self, config: dict) -> list[str]:
-        return RunnerAdapter().secrets_from_config({"env": config.get("env") or {}})
+    def secrets_from_config(self, config: dict, *, company_id) -> list[str]:
+        return RunnerAdapter().secrets_from_config({"env": config.get("env") or {}}, company_id=company_id)
 
     @staticmethod
     def _runner_config(config: dict, *, outbox: str) -> dict:

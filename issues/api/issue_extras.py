@@ -44,7 +44,7 @@ class IssueChildrenView(APIView):
         data = parse(ChildIssueCreateSerializer, request)
         issue, adjustment = issue_services.issue_create(
             actor=actor, company=company, title=data["title"], description=data["description"],
-            status=data["status"], priority=data["priority"], parent_id=parent.pk,
+            status=data.get("status"), priority=data["priority"], parent_id=parent.pk,
             project_id=data.get("projectId"), goal_id=data.get("goalId"),
             assignee_agent_id=data.get("assigneeAgentId"), block_parent_until_done=data["blockParentUntilDone"],
             execution_workspace_id=data.get("executionWorkspaceId"), workspace_strategy=data.get("workspaceStrategy"),

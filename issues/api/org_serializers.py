@@ -72,8 +72,9 @@ class ExecutionWorkspacePolicyOutSerializer(serializers.Serializer):
 
 
 class ProjectSerializer(serializers.Serializer):
-    """Upstream's project, with this project's own workspace fields beside it. Upstream fields
-    with no equivalent here (goals, lead, dates, colour) are null or empty."""
+    """Upstream's project, with this project's own workspace fields beside it. ``goalId`` is the
+    first of ``goalIds`` (upstream keeps it for older clients); pausing and archiving have no
+    equivalent here (null)."""
 
     id = serializers.UUIDField()
     companyId = serializers.UUIDField(source="company_id")
@@ -85,6 +86,7 @@ class ProjectSerializer(serializers.Serializer):
     leadAgentId = serializers.SerializerMethodField()
     targetDate = serializers.SerializerMethodField()
     color = serializers.SerializerMethodField()
+    icon = serializers.SerializerMethodField()
     pausedAt = serializers.SerializerMethodField()
     archivedAt = serializers.SerializerMethodField()
     executionWorkspacePolicy = serializers.SerializerMethodField()
@@ -107,19 +109,25 @@ class ProjectSerializer(serializers.Serializer):
         return LEGACY_PROJECT_STATUSES.get(project.status, project.status)
 
     def get_goalId(self, project) -> str | None:
-        return None
+        ids = self.get_goalIds(project)
+        return ids[0] if ids else None
 
     def get_goalIds(self, project) -> list[str]:
-        return []
+        # Sorted in Python: the selectors prefetch the goals, and an order_by would query again.
+        return [str(g.pk) for g in sorted(project.goals.all(), key=lambda g: (g.created_at, str(g.pk)))]
 
     def get_leadAgentId(self, project) -> str | None:
-        return None
+        return str(project.lead_agent_id) if project.lead_agent_id else None
 
-    def get_targetDate(self, project) -> str | None:
-        return None
+    @extend_schema_field({"type": "string", "format": "date", "nullable": True})
+    def get_targetDate(self, project):
+        return project.target_date.isoformat() if project.target_date else None
 
     def get_color(self, project) -> str | None:
-        return None
+        return project.color or None
+
+    def get_icon(self, project) -> str | None:
+        return project.icon or None
 
     def get_pausedAt(self, project) -> str | None:
         return None
@@ -180,10 +188,6 @@ class ExecutionWorkspacePolicyInputSerializer(serializers.Serializer):
     workspaceStrategy = WorkspaceStrategyInputSerializer(required=False, allow_null=True)
 
 
-# Upstream fields with no column here: accepted (so upstream clients work) and not stored.
-IGNORED_PROJECT_FIELDS = ("goalIds", "goalId", "leadAgentId", "targetDate", "color", "icon")
-
-
 class ProjectWriteSerializer(StrictSerializer):
     """POST (``name`` required) and PATCH (partial: what is given)."""
 
@@ -200,17 +204,15 @@ class ProjectWriteSerializer(StrictSerializer):
                                            help_text="Placeholders {identifier}, {key}, {number}, {issue_id}.")
     workflowDocument = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
                                              max_length=DOCUMENT_MAX)
-    goalIds = serializers.ListField(child=IdField(), required=False, max_length=50, help_text="Accepted, not stored.")
-    goalId = IdField(required=False, allow_null=True, help_text="Accepted, not stored.")
-    leadAgentId = IdField(required=False, allow_null=True, help_text="Accepted, not stored.")
-    targetDate = serializers.CharField(required=False, allow_null=True, max_length=40, help_text="Accepted, not stored.")
-    color = serializers.CharField(required=False, allow_null=True, max_length=40, help_text="Accepted, not stored.")
-    icon = serializers.CharField(required=False, allow_null=True, max_length=200, help_text="Accepted, not stored.")
-
-    def validate(self, attrs):
-        for name in IGNORED_PROJECT_FIELDS:
-            attrs.pop(name, None)
-        return attrs
+    goalIds = serializers.ListField(child=IdField(), required=False, allow_null=True, max_length=50,
+                                    help_text="Goals of this company the project serves (replaces the set).")
+    goalId = IdField(required=False, allow_null=True, help_text="Deprecated upstream: one goal; goalIds wins.")
+    leadAgentId = IdField(required=False, allow_null=True, help_text="An agent of this company, or null.")
+    targetDate = serializers.DateField(required=False, allow_null=True, input_formats=["iso-8601", "%Y-%m-%dT%H:%M:%S%z",
+                                                                                      "%Y-%m-%dT%H:%M:%S.%f%z"],
+                                       help_text="A date (YYYY-MM-DD); a full timestamp is taken as its date.")
+    color = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=40)
+    icon = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=200)
 
 
 # --- costs and budgets ----------------------------------------------------------------------------------

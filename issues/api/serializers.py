@@ -42,6 +42,28 @@ class IdField(serializers.UUIDField):
         return super().to_internal_value(data)
 
 
+class NullAsBlankField(serializers.CharField):
+    """Upstream's nullable text (``string|null``) for a column that is never null: null is stored as ""."""
+
+    def __init__(self, **kwargs):
+        super().__init__(allow_null=True, allow_blank=True, **kwargs)
+
+    def run_validation(self, data=serializers.empty):
+        value = super().run_validation(data)
+        return "" if value is None else value
+
+
+@extend_schema_field({"type": "string", "nullable": True,
+                      "description": "The agent's UUID or its URL key (upstream's shortname), in the issue's company."})
+class AgentRefField(serializers.CharField):
+    """An agent by UUID or URL key, given as a JSON string; the service resolves it in the company."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 @extend_schema_field({"type": "string", "enum": [str(s) for s in IssueStatus.values]})
 class CheckoutStatusField(serializers.CharField):
     """Any issue status (upstream's enum; ``in_progress`` re-claims the agent's own issue after a
@@ -205,7 +227,7 @@ class RevisionSerializer(serializers.Serializer):
     title = serializers.CharField()
     format = serializers.CharField(source="document.format")
     body = serializers.CharField()
-    # Upstream's optional note per revision; this product does not record one.
+    # Upstream's optional note per revision: null when the writer gave none.
     changeSummary = serializers.SerializerMethodField()
     authorType = serializers.CharField(source="author_type")
     authorAgentId = serializers.UUIDField(source="author_agent_id", allow_null=True)
@@ -213,9 +235,9 @@ class RevisionSerializer(serializers.Serializer):
     runId = serializers.UUIDField(source="run_id", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
 
-    @extend_schema_field({"type": "string"})
-    def get_changeSummary(self, revision) -> str:
-        return ""
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_changeSummary(self, revision) -> str | None:
+        return revision.change_summary or None
 
 
 class DocumentSerializer(serializers.Serializer):
@@ -335,8 +357,9 @@ class WakeupResultSerializer(serializers.Serializer):
 # --- input --------------------------------------------------------------------------------
 class IssueCreateSerializer(StrictSerializer):
     title = serializers.CharField(max_length=500)
-    description = serializers.CharField(required=False, allow_blank=True, default="")
-    status = serializers.ChoiceField(choices=IssueStatus.choices, default=IssueStatus.TODO)
+    description = NullAsBlankField(required=False, default="")
+    status = serializers.ChoiceField(choices=IssueStatus.choices, required=False,
+                                     help_text="Omitted: todo with an assignee, else backlog (upstream).")
     priority = serializers.ChoiceField(choices=IssuePriority.choices, default=IssuePriority.MEDIUM)
     parentId = IdField(required=False, allow_null=True)
     projectId = IdField(required=False, allow_null=True)
@@ -355,13 +378,13 @@ class IssueCreateSerializer(StrictSerializer):
 
 class IssuePatchSerializer(StrictSerializer):
     title = serializers.CharField(max_length=500, required=False)
-    description = serializers.CharField(required=False, allow_blank=True)
+    description = NullAsBlankField(required=False)
     status = serializers.ChoiceField(choices=IssueStatus.choices, required=False)
     priority = serializers.ChoiceField(choices=IssuePriority.choices, required=False)
     parentId = IdField(required=False, allow_null=True)
     projectId = IdField(required=False, allow_null=True)
     goalId = IdField(required=False, allow_null=True)
-    assigneeAgentId = IdField(required=False, allow_null=True)
+    assigneeAgentId = AgentRefField(required=False, allow_null=True, max_length=200)
     labelIds = serializers.ListField(child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
                                      help_text="Replaces the issue's labels; [] clears them.")
     blockedByIssueIds = serializers.ListField(
@@ -401,6 +424,14 @@ class DocumentWriteSerializer(StrictSerializer):
     baseRevisionId = IdField(required=False, allow_null=True)
 
 
+class IssueDocumentWriteSerializer(DocumentWriteSerializer):
+    """Upstream's issue-document PUT body: ``title`` may be null (no title), plus ``changeSummary``."""
+
+    title = NullAsBlankField(required=False, max_length=300)
+    changeSummary = NullAsBlankField(required=False, max_length=500,
+                                     help_text="What this revision changed; shown on the revision.")
+
+
 class InteractionCreateSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=InteractionKind.choices)
     title = serializers.CharField(max_length=300)
@@ -426,6 +457,10 @@ class WakeupSerializer(StrictSerializer):
     issueId = IdField(required=False, allow_null=True)
     idempotencyKey = serializers.CharField(required=False, max_length=200)
     commentIds = serializers.ListField(child=IdField(), required=False, default=list, max_length=MAX_LIST_ITEMS)
+    # Upstream's wakeAgentSchema (ref §5.1); kept in the wake's context (wakeups.agent_wakeup_request).
+    triggerDetail = serializers.ChoiceField(choices=["manual", "ping", "callback", "system"], required=False)
+    payload = serializers.DictField(required=False, allow_null=True)
+    forceFreshSession = serializers.BooleanField(required=False, default=False)
 
 
 class BlockerSerializer(StrictSerializer):

@@ -83,7 +83,7 @@ class CompanyIssuesView(APIView):
         data = parse(s.IssueCreateSerializer, request)
         issue, adjustment = issue_services.issue_create(
             actor=actor, company=company, title=data["title"], description=data["description"],
-            status=data["status"], priority=data["priority"], parent_id=data.get("parentId"),
+            status=data.get("status"), priority=data["priority"], parent_id=data.get("parentId"),
             project_id=data.get("projectId"), goal_id=data.get("goalId"),
             assignee_agent_id=data.get("assigneeAgentId"), block_parent_until_done=data["blockParentUntilDone"],
             execution_workspace_id=data.get("executionWorkspaceId"), workspace_strategy=data.get("workspaceStrategy"),
@@ -166,7 +166,12 @@ class IssueBlockersView(APIView):
 class IssueCommentsView(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("after", OpenApiTypes.UUID, description="Return comments after this one."),
-                    *LIST_PARAMS],
+                    OpenApiParameter("afterCommentId", OpenApiTypes.UUID, description="Upstream's alias of after."),
+                    OpenApiParameter("order", OpenApiTypes.STR,
+                                     description="`asc` for oldest first; anything else is newest first."),
+                    OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": selectors.MAX_OFFSET},
+                                     description=f"At most this many (above {selectors.COMMENT_PAGE_MAX} is "
+                                                 f"clamped); omitted: every comment.")],
         responses={200: s.CommentSerializer(many=True), **ERRORS}, operation_id="issues_comments_list",
     )
     def get(self, request, issue_id):
@@ -198,16 +203,17 @@ class IssueDocumentView(APIView):
         issue = selectors.issue_get(actor=actor_from_request(request), pk=issue_id)
         return Response(s.DocumentSerializer(selectors.document_get(issue=issue, key=key)).data)
 
-    @extend_schema(request=s.DocumentWriteSerializer, parameters=[RUN_HEADER_PARAM],
+    @extend_schema(request=s.IssueDocumentWriteSerializer, parameters=[RUN_HEADER_PARAM],
                    responses={200: s.DocumentSerializer, 201: s.DocumentSerializer, **ERRORS},
                    operation_id="issues_documents_write")
     def put(self, request, issue_id, key):
         actor = actor_from_request(request)
         issue = selectors.issue_get(actor=actor, pk=issue_id)
-        data = parse(s.DocumentWriteSerializer, request)
+        data = parse(s.IssueDocumentWriteSerializer, request)
         revision = thread_services.document_write(
             actor=actor, issue=issue, key=key, body=data["body"], title=data.get("title"),
             format=data.get("format"), base_revision_id=data.get("baseRevisionId"),
+            change_summary=data.get("changeSummary", ""),
         )
         document = selectors.document_get(issue=issue, key=key)
         code = status.HTTP_201_CREATED if revision.number == 1 else status.HTTP_200_OK
@@ -264,9 +270,11 @@ class AgentWakeupView(APIView):
         agent = selectors.scoped_get(Agent.objects.all(), actor, agent_id, "Agent")
         data = parse(s.WakeupSerializer, request)
         issue = company_object(Issue, agent.company_id, data.get("issueId"), "issueId")
-        wake = wakeup_services.agent_wakeup(
+        wake = wakeup_services.agent_wakeup_request(
             actor=actor, agent=agent, source=data["source"], reason=data["reason"], issue=issue,
             idempotency_key=data.get("idempotencyKey"), comment_ids=[str(c) for c in data["commentIds"]],
+            trigger_detail=data.get("triggerDetail"), payload=data.get("payload"),
+            force_fresh_session=data["forceFreshSession"],
         )
         if wake.run_id is not None:
             wake.run = selectors.run_with_pending_wakes(wake.run)

@@ -11,6 +11,7 @@ from issues.runner.goals import goal_action
 from issues.runner.selectors import runner_fingerprint, runner_run_view
 from issues.selectors import run_get, run_log_tail, run_with_pending_wakes, scoped_get
 from issues.services.thread import interaction_respond
+from paperclip.core.links import web_url
 
 from .base import adopt_company, perform, render_page
 from .permissions import ACT_ON_WORK, console_action, console_actor, console_page, require_role
@@ -33,7 +34,7 @@ def run_detail(request, run_id):
     events = run_log_tail(run=run)
     context = {"company": run.company, "run": run, "events": events,
                "last_seq": events[-1].seq if events else 0, "poll_every": POLL_EVERY,
-               "pr_link": _web_link(run.result_pr_url), "runner": runner_run_view(run)}
+               "pr_link": web_url(run.result_pr_url), "runner": runner_run_view(run)}
     return render_page(request, "console/runs/detail.html", None, context)
 
 
@@ -94,11 +95,6 @@ def runtime_request_answer(request, interaction_id):
         lambda: interaction_respond(actor=actor, interaction=interaction, status=status, response=response),
         success=f"“{interaction.title}” {verb}.",
         redirect_to=reverse("console:issue-detail", args=[interaction.issue.identifier]) + f"#interaction-{interaction.pk}")
-
-
-def _web_link(url: str) -> str | None:
-    """Only an http(s) URL becomes a link (never javascript: or data:, whatever got stored)."""
-    return url if url and url.lower().startswith(("http://", "https://")) else None
 
 
 @console_page

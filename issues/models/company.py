@@ -54,6 +54,13 @@ class Project(UUIDModel):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     status = models.CharField(max_length=32, default="active")
+    # Upstream's planning fields (§5.5): the goals the project serves, its lead, target date and look.
+    goals = models.ManyToManyField("issues.Goal", blank=True, related_name="projects")
+    lead_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="led_projects")
+    target_date = models.DateField(null=True, blank=True)
+    color = models.CharField(max_length=40, blank=True)
+    icon = models.CharField(max_length=200, blank=True)
     # Execution workspaces: how and from where runs of this project's issues get a folder.
     workspace_strategy = models.CharField(max_length=24, choices=WorkspaceStrategy.choices,
                                           default=WorkspaceStrategy.AGENT_DEFAULT)

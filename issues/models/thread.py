@@ -90,6 +90,8 @@ class DocumentRevision(UUIDModel):
     number = models.PositiveIntegerField()
     title = models.CharField(max_length=300, blank=True)
     body = models.TextField()
+    # The writer's note on what this revision changed (upstream's changeSummary).
+    change_summary = models.CharField(max_length=500, blank=True)
     author_type = models.CharField(max_length=16, choices=AuthorType.choices)
     author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     author_user = models.ForeignKey(

@@ -10,15 +10,17 @@ from django.utils import timezone
 from issues import events
 from issues.actors import Actor
 from issues.adapters import AdapterConfigError, get_adapter
+from issues.adapters.base import secret_refs_check
 from issues.choices import LIVE_RUN_STATUSES, AdapterType, AgentRole, AgentStatus, WakeSource
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized, Unprocessable
 from issues.models import Agent, AgentApiKey, HeartbeatRun, WakeupRequest
 from issues.selectors import walk_up
 
 from .activity import activity_record
+from .host_commands import adapter_command_check
 from .run_policy import KNOBS
 from .runs import run_cancel
-from .wakeups import agent_wakeup
+from .wakeups import agent_wakeup, ensure_may_invoke
 
 MANUAL_PAUSE = "paused by the board"
 
@@ -95,15 +97,17 @@ def agent_resume(*, actor: Actor, agent: Agent, strict: bool = True) -> Agent:
     return agent
 
 
-def adapter_config_validate(adapter_type: str, adapter_config) -> None:
-    """The adapter's own rules for its configuration, at write time: secret references inside the
-    server's allow-list, an http wake URL that the outbound guard accepts, a usable command."""
+def adapter_config_validate(adapter_type: str, adapter_config, *, company_id) -> None:
+    """The adapter's own rules for its configuration, at write time: secret references that the
+    server's allow-list gives to the agent's company, an http wake URL that the outbound guard
+    accepts, a usable command."""
     if adapter_type not in AdapterType.values:
         raise InvalidInput(details={"adapterType": [f"'{adapter_type}' is not one of {', '.join(AdapterType.values)}."]})
     if not isinstance(adapter_config, dict):
         raise InvalidInput(details={"adapterConfig": ["Must be a JSON object."]})
     try:
         get_adapter(adapter_type).validate_config(adapter_config)
+        secret_refs_check(adapter_config, company_id=company_id)
     except AdapterConfigError as exc:
         raise InvalidInput(details={"adapterConfig": [str(exc)]}) from None
 
@@ -111,9 +115,11 @@ def adapter_config_validate(adapter_type: str, adapter_config) -> None:
 def agent_adapter_update(*, actor: Actor, agent: Agent, adapter_type: str, adapter_config: dict) -> Agent:
     """Replace the adapter type and its configuration (a JSON object)."""
     actor.ensure_can_write(agent.company_id)
-    adapter_config_validate(adapter_type, adapter_config)
+    adapter_config_validate(adapter_type, adapter_config, company_id=agent.company_id)
     with transaction.atomic():
         agent = _locked(agent)
+        adapter_command_check(actor, adapter_type, adapter_config, current_type=agent.adapter_type,
+                              current_config=agent.adapter_config)
         changes = sorted(name for name, value in (("adapter_type", adapter_type), ("adapter_config", adapter_config))
                          if getattr(agent, name) != value)
         if not changes:
@@ -140,8 +146,8 @@ def agent_permissions(agent: Agent) -> dict:
 
 
 def ensure_can_create_agents(actor: Actor, company_id, *, sets_permissions: bool) -> None:
-    """Board users with a write role create agents; an agent only with ``canCreateAgents``, from
-    one of its runs, and never granting permissions."""
+    """Board users with a write role create agents; an agent only with ``canCreateAgents`` (no run
+    header needed, ref §2.3), and never granting permissions."""
     actor.ensure_can_write(company_id)
     if not actor.is_agent:
         return
@@ -149,7 +155,7 @@ def ensure_can_create_agents(actor: Actor, company_id, *, sets_permissions: bool
         raise Forbidden("Missing permission: agents:create", code="missing_permission")
     if sets_permissions:
         raise Forbidden("Only board users grant agent permissions.", code="board_only")
-    actor.require_live_run()
+    actor.named_live_run()
 
 
 def runtime_config_validate(runtime_config) -> None:
@@ -202,10 +208,14 @@ def agent_update(*, actor: Actor, agent: Agent, changes: dict) -> Agent:
         changes = {**changes, "metadata": {}}
     if "adapterType" in changes or "adapterConfig" in changes:  # before the lock: it may resolve a URL
         adapter_config_validate(changes.get("adapterType", agent.adapter_type),
-                                changes.get("adapterConfig", agent.adapter_config))
+                                changes.get("adapterConfig", agent.adapter_config), company_id=agent.company_id)
     try:
         with transaction.atomic():
             agent = _locked(agent)
+            if "adapterType" in changes or "adapterConfig" in changes:
+                adapter_command_check(actor, changes.get("adapterType", agent.adapter_type),
+                                      changes.get("adapterConfig", agent.adapter_config),
+                                      current_type=agent.adapter_type, current_config=agent.adapter_config)
             if "reportsTo" in changes:
                 _reporting_line_check(agent, changes["reportsTo"])
             changed = []
@@ -303,8 +313,7 @@ def agent_delete(*, actor: Actor, agent: Agent) -> None:
 def agent_heartbeat_invoke(*, actor: Actor, agent: Agent) -> WakeupRequest:
     """``POST /agents/{id}/heartbeat/invoke``: an on-demand wake through ``agent_wakeup`` (the same
     service as ``/wakeup``); an agent invokes only itself."""
-    if actor.is_agent and actor.agent.pk != agent.pk:
-        raise Forbidden("Agent can only invoke itself", code="agent_self_only")
+    ensure_may_invoke(actor, agent)
     with transaction.atomic():
         wake = agent_wakeup(actor=actor, agent=agent, source=WakeSource.ON_DEMAND)
         activity_record(actor=actor, company_id=agent.company_id, action="heartbeat.invoked", entity_type="agent",

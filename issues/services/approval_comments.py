@@ -20,7 +20,7 @@ BODY_MAX = 100_000  # generous; a request body is bounded anyway (PAPERCLIP_MAX_
 def approval_comment_add(*, actor: Actor, approval: Approval, body: str) -> ApprovalComment:
     actor.ensure_can_write(approval.company_id)
     if actor.is_agent:
-        actor.require_live_run()
+        actor.named_live_run()  # approvals are not run-scoped (ref §2.3)
     if not isinstance(body, str) or not body.strip():
         raise InvalidInput(details={"body": ["This field may not be blank."]})
     if len(body) > BODY_MAX:

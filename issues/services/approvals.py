@@ -61,7 +61,7 @@ def approval_create(*, actor: Actor, company, type: str, payload: dict, title: s
     """A new pending approval linked to ``issue_ids``. The requester defaults to the calling agent."""
     actor.ensure_can_write(company.pk)
     if actor.is_agent:
-        actor.require_live_run()
+        actor.named_live_run()  # approvals are not run-scoped (ref §2.3)
     if type not in ApprovalType.values:
         raise InvalidInput(details={"type": [f"'{type}' is not one of {', '.join(ApprovalType.values)}."]})
     if not isinstance(payload, dict):
@@ -137,7 +137,7 @@ def approval_resubmit(*, actor: Actor, approval: Approval, payload: dict | None 
     if actor.is_agent:
         if approval.requested_by_agent_id != actor.agent.pk:
             raise Forbidden("Only requesting agent can resubmit this approval", code="not_requesting_agent")
-        actor.require_live_run()
+        actor.named_live_run()  # approvals are not run-scoped (ref §2.3)
     if payload is not None and not isinstance(payload, dict):
         raise InvalidInput(details={"payload": ["Must be a JSON object."]})
     with transaction.atomic():

@@ -26,11 +26,10 @@ from issues.choices import (
 )
 from issues.exceptions import (
     AssignedElsewhere,
+    BlockedByOpenIssues,
     CheckoutConflict,
-    Conflict,
     Forbidden,
     InvalidInput,
-    NotCheckoutOwner,
     StatusNotExpected,
     Unprocessable,
 )
@@ -158,7 +157,7 @@ def _checkout_run(actor: Actor, agent: Agent, run_header: str | None) -> Heartbe
     """The host run the claim is made under; None for an agent's client run id."""
     if actor.is_agent:
         if agent.pk != actor.agent.pk:
-            raise Forbidden("Agents check out work for themselves only.", code="agent_mismatch",
+            raise Forbidden("Agent can only checkout as itself", code="agent_mismatch",
                             details={"agentId": ["Must be your own agent id."]})
         return actor.require_live_run()
     # A board user checks out on an agent's behalf with one of that agent's live runs.
@@ -222,7 +221,8 @@ def _refusal(issue: Issue, agent: Agent, run: HeartbeatRun | None, expected: lis
     """Why the claim matched nothing, re-read after it, so the answer names what refused it:
     a live run holding the lock (409 ``checkout_conflict``, the upstream contract), another
     assignee (409 ``assigned_elsewhere``), a status outside ``expectedStatuses`` (409
-    ``status_not_expected``), or open blockers (422). All 409s carry the lock details."""
+    ``status_not_expected``), or open blockers (422). All 409s carry the lock details and
+    upstream's one message (ref §7); the code and details say which refusal it was."""
     details = _conflict_details(issue)
     holders = [pk for pk in (issue.checkout_run_id, issue.execution_run_id) if pk and (run is None or pk != run.pk)]
     if holders and HeartbeatRun.objects.filter(pk__in=holders, status__in=LIVE_RUN_STATUSES).exists():
@@ -230,23 +230,14 @@ def _refusal(issue: Issue, agent: Agent, run: HeartbeatRun | None, expected: lis
     other_assignee = issue.assignee_user_id is not None or issue.assignee_agent_id not in (None, agent.pk)
     if other_assignee and (issue.status == IssueStatus.IN_PROGRESS or issue.status in expected):
         # (In progress without a live run: the claim of another agent, never adopted across agents.)
-        who = "a board user" if issue.assignee_user_id is not None else "another agent"
-        return AssignedElsewhere(f"The issue is assigned to {who}; only its assignee can check it out.",
-                                 details=details)
+        return AssignedElsewhere(details={**details, "assigneeUserId": issue.assignee_user_id})
     if issue.status not in expected:
-        return StatusNotExpected(
-            f"The issue is {issue.status}, not one of expectedStatuses ({', '.join(expected)}).",
-            details={**details, "expectedStatuses": list(expected)})
-    blockers = list(
-        IssueRelation.objects.filter(related_issue=issue, kind=RelationKind.BLOCKS)
-        .exclude(issue__status__in=TERMINAL_ISSUE_STATUSES)
-        .values_list("issue__identifier", flat=True)
-    )
+        return StatusNotExpected(details={**details, "expectedStatuses": list(expected)})
+    blockers = selectors.open_blockers(issue)
     if blockers:
-        return Unprocessable("The issue has blockers that are not done or cancelled.", code="blocked_by_open_issues",
-                             details={"blockers": blockers})
+        return BlockedByOpenIssues(blockers)
     # Claimable now: what refused the claim changed before the re-read (a concurrent writer).
-    return CheckoutConflict("The issue changed while it was being checked out.", details=details)
+    return CheckoutConflict(details=details)
 
 
 def _header_run_id(actor: Actor):
@@ -277,32 +268,25 @@ def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, client_run_i
 
 
 def issue_release(*, actor: Actor, issue: Issue) -> Issue:
-    """Give an in-progress issue back: status todo, no agent assignee, all lock fields cleared."""
+    """Give an issue back, whatever its status (upstream, ref §7): status todo, no agent assignee,
+    all lock fields cleared. Agents: see fences.ensure_may_release."""
     actor.ensure_can_write(issue.company_id)
-    run = actor.require_live_run() if actor.is_agent else None
+    if actor.is_agent:
+        actor.require_live_run()  # release is always run-scoped (ref §2.3)
     with transaction.atomic():
         issue = Issue.objects.select_for_update().get(pk=issue.pk)
-        fences.ensure_may_release(actor, issue)  # agents release only their own claims (under the lock)
-        if issue.status != IssueStatus.IN_PROGRESS:
-            raise Conflict("Only an issue in progress can be released.", code="not_checked_out",
-                           details=_conflict_details(issue))
-        if actor.is_agent and (run is None or run.pk != issue.checkout_run_id):
-            # Another run of the assignee releases only a lock no live run holds (a client id never is).
-            holder_live = issue.checkout_run_id is not None and HeartbeatRun.objects.filter(
-                pk=issue.checkout_run_id, status__in=LIVE_RUN_STATUSES
-            ).exists()
-            if holder_live:
-                raise NotCheckoutOwner(details=_conflict_details(issue))
+        fences.ensure_may_release(actor, issue)  # under the row lock
         previous = _conflict_details(issue)
         issue.status = IssueStatus.TODO
         # Upstream (reference §7): a released issue has no agent assignee, so anyone may claim it next.
         issue.assignee_agent = None
         issue.checkout_run = issue.execution_run = issue.execution_locked_at = issue.checkout_client_run_id = None
+        issue.completed_at = issue.cancelled_at = None  # leaving done/cancelled clears its stamp (ref §6)
         issue.save(update_fields=["status", "assignee_agent", "checkout_run", "execution_run", "execution_locked_at",
-                                  "checkout_client_run_id", "updated_at"])
+                                  "checkout_client_run_id", "completed_at", "cancelled_at", "updated_at"])
         activity_record(actor=actor, company_id=issue.company_id, action="issue.released", entity_type="issue",
                         entity_id=issue.pk, details={"previous": previous})
-        changes = {"status": [IssueStatus.IN_PROGRESS, IssueStatus.TODO]}
+        changes = {"status": [previous["status"], IssueStatus.TODO]} if previous["status"] != IssueStatus.TODO else {}
         events.issue_updated_atomic.send(sender=None, issue=issue, actor=actor, changes=changes)
         events.announce(events.issue_updated, issue=issue, actor=actor, changes=changes)
     return issue

@@ -8,6 +8,7 @@ from issues.models.agent import hash_key
 
 from .activity import activity_record
 from .agents import adapter_config_validate, ensure_board, ensure_can_create_agents, runtime_config_validate
+from .host_commands import adapter_command_check
 
 
 def company_create(*, name: str, issue_prefix: str, enable_cases: bool = False, actor: Actor = SYSTEM) -> Company:
@@ -41,7 +42,8 @@ def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, 
         raise InvalidInput(details={"role": [f"'{role}' is not one of {', '.join(AgentRole.values)}."]})
     if reports_to is not None and reports_to.company_id != company.id:
         raise InvalidInput(details={"reportsTo": ["No such agent in this company."]})
-    adapter_config_validate(adapter_type, adapter_config or {})
+    adapter_config_validate(adapter_type, adapter_config or {}, company_id=company.id)
+    adapter_command_check(actor, adapter_type, adapter_config or {})
     runtime_config_validate(runtime_config or {})
     try:
         with transaction.atomic():

@@ -6,6 +6,8 @@ Two rules, checked in this order on a row the caller has locked (``select_for_up
    run that holds its checkout (or execution lock). Any other run — of another agent, or an
    earlier/later run of the same agent — gets 409 ``not_checkout_owner`` with the lock details
    (:func:`lock_details`). This is also the rule for case writes on a case's primary task.
+   Writes to the agent's own in-progress issue are run-scoped (the header is required, ref
+   §2.3); other agent writes need no header, and a header given is checked the same way.
    A client's own run id (a long-lived key's header naming no host run) is never a live host
    run, so, as upstream adopts a lock whose run is not live, the assignee writing under a client
    id passes while no live host run holds the issue (its own client-id lock, or a crashed run's),
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from issues.actors import Actor
 from issues.choices import LIVE_RUN_STATUSES, IssueStatus
-from issues.exceptions import NotCheckoutOwner, NotYourIssue
+from issues.exceptions import Conflict, NotCheckoutOwner, NotYourIssue
 from issues.models import Agent, HeartbeatRun, Issue
 from issues.selectors import chain_of_command
 
@@ -73,7 +75,10 @@ def ensure_owning_run(actor: Actor, issue: Issue):
     """Agent writes to an in-progress issue need the run that checked it out; board users bypass."""
     if not actor.is_agent:
         return
-    run = actor.require_live_run()  # None: the client's own run id
+    # Only a write to the agent's own in_progress issue is run-scoped (401 without the header,
+    # ref §2.3); elsewhere a header is optional. None: no header, or the client's own run id.
+    own_claim = issue.status == IssueStatus.IN_PROGRESS and issue.assignee_agent_id == actor.agent.pk
+    run = actor.require_live_run() if own_claim else actor.named_live_run()
     if issue.status != IssueStatus.IN_PROGRESS:
         return
     if run is not None and run.pk in (issue.checkout_run_id, issue.execution_run_id):
@@ -82,8 +87,9 @@ def ensure_owning_run(actor: Actor, issue: Issue):
         return
     details = lock_details(actor, issue)
     holder = details["holderAgentId"] or details["assigneeAgentId"]
-    message = ("This issue is in progress under another agent's run." if holder and holder != str(actor.agent.pk)
-               else None)
+    # Upstream's messages (ref §7): its own issue under another run, or another agent's checkout.
+    message = ("Issue is checked out by another agent" if holder and holder != str(actor.agent.pk)
+               else "Issue run ownership conflict")
     raise NotCheckoutOwner(message, details=details)
 
 
@@ -118,17 +124,15 @@ def ensure_may_change(actor: Actor, issue: Issue):
 
 
 def ensure_may_release(actor: Actor, issue: Issue):
-    """Release gives back a claim: for agents, only the assignee's (upstream: "Only assignee can
-    release issue"); a claim another run holds is a 409 with the lock details first."""
+    """Release gives back an issue, whatever its status (ref §7): an agent releases its own or an
+    unassigned issue (else 409 "Only assignee can release issue"), and a lock only from the run
+    holding it, unless no live run does (else 409 "Only checkout run can release issue"; a client
+    run id is never live, as upstream adopts a stale lock). Both 409s carry the lock details."""
     if not actor.is_agent:
         return
-    actor.require_live_run()
-    if issue.assignee_agent_id == actor.agent.pk:
-        return  # the release itself checks, under the row lock, that this run may clear the claim
-    if issue.status == IssueStatus.IN_PROGRESS and (issue.checkout_run_id or issue.execution_run_id
-                                                    or issue.checkout_client_run_id):
-        raise NotCheckoutOwner("This issue is in progress under another agent's run.",
-                               details=lock_details(actor, issue))
-    raise NotYourIssue("Agents release only issues assigned to them.", details={
-        "issueId": str(issue.pk), "status": issue.status,
-        "assigneeAgentId": _sid(issue.assignee_agent_id), "actorAgentId": str(actor.agent.pk)})
+    run = actor.require_live_run()
+    if issue.assignee_user_id is not None or issue.assignee_agent_id not in (None, actor.agent.pk):
+        raise Conflict("Only assignee can release issue", code="not_assignee", details=lock_details(actor, issue))
+    held = [pk for pk in (issue.checkout_run_id, issue.execution_run_id) if pk and (run is None or pk != run.pk)]
+    if held and HeartbeatRun.objects.filter(pk__in=held, status__in=LIVE_RUN_STATUSES).exists():
+        raise NotCheckoutOwner("Only checkout run can release issue", details=lock_details(actor, issue))

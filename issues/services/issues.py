@@ -19,16 +19,16 @@ from issues.choices import (
     RelationKind,
     WakeSource,
 )
-from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
+from issues.exceptions import BlockedByOpenIssues, Conflict, Forbidden, InvalidInput, Unprocessable
 from issues.models import Agent, Company, Goal, Issue, IssueRelation, Project
-from issues.selectors import walk_up
+from issues.selectors import open_blockers, walk_up
 from issues.workspaces.service import new_issue_workspace_fields
 from paperclip.core import rows
 
 from .activity import activity_record
 from .fences import ensure_may_change, ensure_owning_run
 from .labels import labels_resolve
-from .lookups import assignable_agent, company_object
+from .lookups import agent_ref_id, assignable_agent, company_object
 from .wake_triggers import ISSUE_ASSIGNED, issue_became_terminal
 from .wakeups import wake_assignee
 
@@ -91,7 +91,7 @@ def issue_create(
     company: Company,
     title: str,
     description: str = "",
-    status: str = IssueStatus.TODO,
+    status: str | None = IssueStatus.TODO,
     priority: str = IssuePriority.MEDIUM,
     parent_id=None,
     project_id=None,
@@ -115,18 +115,21 @@ def issue_create(
     ``assignee_agent``: instead of ``assignee_agent_id``, the agent the caller read in this
     transaction (checked the same way, not read again). ``_savepoint=False``: inside a caller's
     transaction that any error rolls back whole (the connector engine's apply), no savepoint of its
-    own (two round trips)."""
+    own (two round trips). ``status=None`` (the API without a status): upstream's default, todo
+    with an assignee, else backlog."""
     actor.ensure_can_write(company.pk)
     if status == IssueStatus.IN_PROGRESS:
         raise Unprocessable("Issues start work through checkout, not by creation in progress.",
                             code="use_checkout", details={"status": ["in_progress is reached by checkout."]})
-    run = actor.require_live_run() if actor.is_agent else None
+    run = actor.named_live_run() if actor.is_agent else None  # creation is not run-scoped (ref §2.3)
     with transaction.atomic(savepoint=_savepoint):
         requested = company_object(Issue, company.pk, parent_id, "parentId")
         parent, adjustment = (_agent_parent(requested) if actor.is_agent else (requested, None))
         project = company_object(Project, company.pk, project_id, "projectId")
         goal = company_object(Goal, company.pk, goal_id, "goalId")
         assignee = assignable_agent(company.pk, assignee_agent_id, loaded=assignee_agent)
+        if status is None:
+            status = IssueStatus.TODO if assignee is not None else IssueStatus.BACKLOG
         inherit_from = company_object(Issue, company.pk, inherit_workspace_from_id,
                                       "inheritExecutionWorkspaceFromIssueId")
         labels = labels_resolve(company.pk, label_ids) if label_ids else []
@@ -209,7 +212,7 @@ def _block_until_done(*, actor: Actor, blocker: Issue, blocked: Issue):
 def relation_add(*, actor: Actor, blocker: Issue, blocked: Issue) -> IssueRelation:
     actor.ensure_can_write(blocked.company_id)
     if actor.is_agent:
-        actor.require_live_run()
+        actor.named_live_run()  # run-scoped only on its own in_progress issue (the fence below)
     if blocker.company_id != blocked.company_id:
         raise InvalidInput(details={"blockerId": ["Blockers must belong to the same company."]})
     if blocker.pk == blocked.pk:
@@ -383,7 +386,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
                 new_blockers = None
         reassigned = False
         if "assignee_agent_id" in changes:
-            new_id = changes["assignee_agent_id"]
+            new_id = agent_ref_id(issue.company_id, changes["assignee_agent_id"])  # a UUID or shortname
             if str(new_id or "") != str(issue.assignee_agent_id or ""):  # keeping a terminated assignee is no change
                 agent = assignable_agent(issue.company_id, new_id)
                 new_id = agent.pk if agent else None
@@ -405,8 +408,15 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
         elif reassigned:
             issue.checkout_run = issue.execution_run = issue.execution_locked_at = None
         if issue.status == IssueStatus.IN_PROGRESS and issue.assignee_agent_id is None and issue.assignee_user_id is None:
-            raise Unprocessable("An issue in progress needs an assignee.", code="assignee_required",
+            raise Unprocessable("in_progress issues require an assignee", code="assignee_required",
                                 details={"assigneeAgentId": ["Required while the issue is in progress."]})
+        if issue.status == IssueStatus.IN_PROGRESS and "status" in diff:
+            # Entering in_progress, as checkout, needs every blocker done or cancelled (ref §6),
+            # counting the blocker set this PATCH sets.
+            blockers = (open_blockers(issue) if new_blockers is None
+                        else [b for b in new_blockers if b.status not in TERMINAL_ISSUE_STATUSES])
+            if blockers:
+                raise BlockedByOpenIssues(blockers)
         if issue.status == IssueStatus.IN_PROGRESS and actor.is_board and issue.checkout_run_id is None and "status" in diff:
             issue.started_at = issue.started_at or now
         created_comment = None

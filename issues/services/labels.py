@@ -13,7 +13,7 @@ from .activity import activity_record
 def _may_write(actor: Actor, company_id):
     actor.ensure_can_write(company_id)
     if actor.is_agent:
-        actor.require_live_run()  # agent mutations are made from a run, as everywhere
+        actor.named_live_run()  # not run-scoped (ref §2.3); a header given must name a live run
 
 
 def label_create(*, actor: Actor, company: Company, name: str, color: str) -> Label:

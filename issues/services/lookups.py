@@ -1,7 +1,9 @@
 """Resolve ids that arrive in request bodies, always inside one company (else 404)."""
+import uuid
+
 from django.core.exceptions import ValidationError
 
-from issues.exceptions import InvalidInput, NotFound
+from issues.exceptions import Conflict, InvalidInput, NotFound
 
 
 def _not_found(model, field: str) -> NotFound:
@@ -16,6 +18,30 @@ def company_object(model, company_id, pk, field: str):
         return model.objects.get(pk=pk, company_id=company_id)
     except (model.DoesNotExist, ValidationError, ValueError):
         raise _not_found(model, field)
+
+
+def agent_ref_id(company_id, ref, field: str = "assigneeAgentId"):
+    """``ref`` as an agent id: a UUID as given, else the id of the company's agent whose URL key
+    (upstream's shortname, the slug of its name) it names. Unknown is a 404 as for an id; two
+    agents with that key a 409, as upstream."""
+    from issues.mentions import url_key
+    from issues.models import Agent
+
+    if ref is None or isinstance(ref, uuid.UUID):
+        return ref
+    try:
+        return uuid.UUID(str(ref))
+    except ValueError:
+        pass
+    key = url_key(str(ref))
+    ids = [pk for pk, name in Agent.objects.filter(company_id=company_id).values_list("pk", "name")
+           if key and url_key(name) == key]
+    if not ids:
+        raise _not_found(Agent, field)
+    if len(ids) > 1:
+        raise Conflict("Agent shortname is ambiguous in this company. Use the agent ID.",
+                       code="agent_shortname_ambiguous", details={field: ["Several agents have this URL key."]})
+    return ids[0]
 
 
 def assignable_agent(company_id, pk, field: str = "assigneeAgentId", *, loaded=None):

@@ -19,8 +19,11 @@ Upstream gives a project workspaces (``workspace: {cwd, repoUrl, repoRef}``) and
 Trust boundary (as for the Django admin, where only staff edit a project's repository): a folder
 on this server (a path, or a ``file://``/ssh/scp URL, which use the server's files and keys) is
 set only by a staff user; any other board user gives an ``https`` URL that the outbound guard
-accepts (public address, no credentials in it). Agents change a project's name, description
-and status only: its workspace settings are the board's.
+accepts (public address, no credentials in it). Hooks in ``workflowDocument``'s front matter are
+shell commands on this server: only staff set or change them (403 ``hooks_staff_only``); anyone else
+may write a document without hooks, or with the stored document's hooks unchanged
+(issues.services.host_commands). Agents change a project's name, description and status only: its
+workspace settings are the board's.
 """
 from __future__ import annotations
 
@@ -32,12 +35,14 @@ from django.db import IntegrityError, transaction
 from issues.actors import Actor
 from issues.choices import WorkspaceStrategy
 from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
-from issues.models import Project
+from issues.models import Agent, Goal, Project
 from issues.workspaces import gitops
 from paperclip.core.outbound_http import url_refusal
 
 from .activity import activity_record
 from .goals import ensure_org_write
+from .host_commands import hooks_check
+from .lookups import company_object
 
 PROJECT_STATUSES = ("backlog", "planned", "in_progress", "completed", "cancelled")
 NAME_MAX, REPOSITORY_MAX, REF_MAX, TEMPLATE_MAX = 200, 1000, 200, 200  # the model's column sizes
@@ -52,7 +57,8 @@ UNSUPPORTED = {"defaultMode": ("operator_branch",), "type": ("cloud_sandbox",)}
 # model column -> the API name reported in errors and activity.
 API_NAMES = {"name": "name", "description": "description", "status": "status", "repository": "repository",
              "base_ref": "baseRef", "branch_template": "branchTemplate", "workspace_strategy": "workspaceStrategy",
-             "workflow_document": "workflowDocument"}
+             "workflow_document": "workflowDocument", "lead_agent": "leadAgentId", "target_date": "targetDate",
+             "color": "color", "icon": "icon", "goals": "goalIds"}
 
 
 # --- reading upstream's shapes back ---------------------------------------------------------------
@@ -172,8 +178,29 @@ def _mapped_from_upstream(data: dict) -> dict:
     return out
 
 
-def _values(actor: Actor, data: dict) -> dict:
-    """Model column -> value from the API input (already shape-checked by the serializer)."""
+def _planning(company_id, data: dict) -> tuple[dict, list | None]:
+    """Upstream's planning fields: (column -> value, the goals or None when not given). ``goalId``
+    (deprecated upstream) counts only without ``goalIds``; the lead and goals are the company's own."""
+    values = {}
+    if "leadAgentId" in data:
+        values["lead_agent"] = company_object(Agent, company_id, data["leadAgentId"], "leadAgentId")
+    if "targetDate" in data:
+        values["target_date"] = data["targetDate"]
+    for name in ("color", "icon"):
+        if name in data:
+            values[name] = (data[name] or "").strip()
+    if "goalIds" in data:
+        ids = data["goalIds"] or []
+    elif "goalId" in data:
+        ids = [data["goalId"]] if data["goalId"] else []
+    else:
+        return values, None
+    return values, [company_object(Goal, company_id, pk, "goalIds") for pk in dict.fromkeys(ids)]
+
+
+def _values(actor: Actor, data: dict, project: Project | None = None) -> dict:
+    """Model column -> value from the API input (already shape-checked by the serializer); ``project``
+    is the one being updated (its stored document's hooks may be kept by anyone)."""
     given = [name for name in WORKSPACE_FIELDS if name in data]
     if given and actor.is_agent:
         raise Forbidden("Board access required", code="board_only",
@@ -208,6 +235,8 @@ def _values(actor: Actor, data: dict) -> dict:
             value = _ref_check(value, field)
         elif column == "branch_template":
             value = _template_check(value, field)
+        elif column == "workflow_document":
+            value = hooks_check(actor, value, project.workflow_document if project is not None else "", field)
         values[column] = value
     return values
 
@@ -226,14 +255,19 @@ def project_create(*, actor: Actor, company, data: dict) -> Project:
     """``data`` uses the API names (see the module doc); status defaults to ``backlog``."""
     ensure_org_write(actor, company.pk)
     values = _values(actor, {"status": "backlog", **data})
+    planning, goals = _planning(company.pk, data)
+    values.update(planning)
     if _name_taken(company.pk, values["name"]):
         raise _conflict(values["name"])
     try:
         with transaction.atomic():
             project = Project.objects.create(company=company, **values)
+            if goals:
+                project.goals.set(goals)
+            keys = [*values, *(["goals"] if goals else [])]
             activity_record(actor=actor, company_id=company.pk, action="project.created", entity_type="project",
                             entity_id=project.pk,
-                            details={"name": project.name, "changedKeys": sorted(API_NAMES[k] for k in values)})
+                            details={"name": project.name, "changedKeys": sorted(API_NAMES[k] for k in keys)})
     except IntegrityError:  # a concurrent create took the name
         raise _conflict(values["name"]) from None
     return project
@@ -241,18 +275,26 @@ def project_create(*, actor: Actor, company, data: dict) -> Project:
 
 def project_update(*, actor: Actor, project: Project, data: dict) -> Project:
     ensure_org_write(actor, project.company_id)
-    values = _values(actor, data)
+    values = _values(actor, data, project)
+    planning, goals = _planning(project.company_id, data)
+    values.update(planning)
     if "name" in values and _name_taken(project.company_id, values["name"], exclude=project.pk):
         raise _conflict(values["name"])
     try:
         with transaction.atomic():
             project = Project.objects.select_for_update().get(pk=project.pk)
             changed = sorted(k for k, v in values.items() if getattr(project, k) != v)
-            if not changed:
+            goals_changed = goals is not None and {g.pk for g in goals} != set(
+                project.goals.values_list("pk", flat=True))
+            if not changed and not goals_changed:
                 return project
             for column in changed:
                 setattr(project, column, values[column])
-            project.save()
+            if changed:
+                project.save()
+            if goals_changed:
+                project.goals.set(goals)
+                changed.append("goals")
             activity_record(actor=actor, company_id=project.company_id, action="project.updated",
                             entity_type="project", entity_id=project.pk,
                             details={"changedKeys": sorted(API_NAMES[k] for k in changed)})

@@ -14,6 +14,11 @@ timeout of 0 or less turns stall detection off. Hooks go per hook: a name set in
 timeout is ``project.hook_timeout_seconds``, else ``hooks.timeout_ms``, else ``DEFAULT_HOOK_TIMEOUT``.
 ``sources`` names the layer of each knob, ``hooks.<name>`` and ``hook_timeout_seconds``.
 
+Hooks are commands on this server (issues.services.host_commands): a document's hooks apply only from
+the project's own document (staff-set) or a repository only staff can set; an https repository's
+(unless ``TRUST_REPOSITORY_HOOKS``) and a connector's ``workflowDefaults``' are left out and named in
+``hooks_ignored`` (hook name -> why), which the workspace writes to the run's log.
+
 Every consumer (dispatch, the process adapter's stall check, the stale sweep, continuations,
 workspace hooks) asks this module, so the precedence lives in one place.
 """
@@ -47,6 +52,7 @@ class RunPolicy:
     hooks: dict = field(default_factory=dict)  # after_create|before_run|after_run|before_remove -> command
     hook_timeout_seconds: int = 120
     sources: dict = field(default_factory=dict)  # knob name -> "agent" | "project" | "workflow" | "default"
+    hooks_ignored: dict = field(default_factory=dict)  # hook name -> why the document's command does not run
 
 
 def _int_value(value) -> int | None:
@@ -93,10 +99,13 @@ def run_policy_and_document(*, agent, issue=None, project=None):
     # Hooks, per hook: a key the project sets (even to "", which turns the hook off) beats the document.
     project_hooks = (project.workspace_hooks or {}) if project is not None else {}
     project_hooks = project_hooks if isinstance(project_hooks, dict) else {}
-    hooks = {}
+    hooks, ignored = {}, {}
+    untrusted = _untrusted_hooks_reason(document.source, project)
     for name in HOOK_NAMES:
         if name in project_hooks:
             hooks[name], sources[f"hooks.{name}"] = project_hooks[name], "project"
+        elif name in workflow.hooks and untrusted:
+            ignored[name] = untrusted
         elif name in workflow.hooks:
             hooks[name], sources[f"hooks.{name}"] = workflow.hooks[name], "workflow"
     if project is not None and project.hook_timeout_seconds:
@@ -105,5 +114,18 @@ def run_policy_and_document(*, agent, issue=None, project=None):
         hook_timeout, sources["hook_timeout_seconds"] = workflow.hook_timeout_seconds, "workflow"
     else:
         hook_timeout, sources["hook_timeout_seconds"] = DEFAULT_HOOK_TIMEOUT, "default"
-    policy = RunPolicy(**values, hooks=hooks, hook_timeout_seconds=hook_timeout, sources=sources)
+    policy = RunPolicy(**values, hooks=hooks, hook_timeout_seconds=hook_timeout, sources=sources,
+                       hooks_ignored=ignored)
     return policy, document
+
+
+def _untrusted_hooks_reason(source, project) -> str:
+    """Why the effective document's hooks must not run here ("" when they may)."""
+    from issues.services.host_commands import repository_hooks_trusted
+
+    if source == "connector":
+        return "the connector's workflowDefaults are a company admin's configuration, never commands on this server"
+    if source == "repository" and not repository_hooks_trusted(project):
+        return ("the repository is an https URL any board user may set (WORKFLOW.md hooks from it run only with "
+                "PAPERCLIP_TRUST_REPOSITORY_HOOKS)")
+    return ""

@@ -111,14 +111,17 @@ def _revision_details(document: Document) -> dict:
 
 
 def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: str | None = None,
-                   format: str | None = None, base_revision_id=None, system: bool = False) -> DocumentRevision:
+                   format: str | None = None, base_revision_id=None, system: bool = False,
+                   change_summary: str = "") -> DocumentRevision:
     """Write a new revision. ``base_revision_id`` must name the latest revision (None for a new
     document); anything else is a 409 carrying the current revision so the writer can merge.
     ``system`` (the host only) creates the document as system-written: the host's own material,
-    which agents' bounded case reads never serve."""
+    which agents' bounded case reads never serve. ``change_summary``: the writer's note, kept on
+    the revision."""
     if system and not actor.system:
         raise Forbidden("Only the host writes system documents.", code="system_document")
-    if not DOCUMENT_KEY.match(key or ""):
+    key = (key or "").lower()  # upstream: keys are case-insensitive (PLAN is plan)
+    if not DOCUMENT_KEY.match(key):
         raise InvalidInput(details={"key": ["Use 1-64 characters: lowercase letters, digits, '-' and '_'."]})
     if format is not None and format not in DocumentFormat.values:
         raise InvalidInput(details={"format": [f"'{format}' is not one of {', '.join(DocumentFormat.values)}."]})
@@ -140,7 +143,7 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
             number = document.revision_count + 1
             revision = DocumentRevision.objects.create(
                 document=document, number=number, title=title if title is not None else document.title,
-                body=body, **revision_author(actor),
+                body=body, change_summary=change_summary, **revision_author(actor),
             )
             document.latest_revision = revision
             document.revision_count = number

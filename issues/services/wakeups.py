@@ -29,7 +29,7 @@ from issues.choices import (
     WakeSource,
     WakeStatus,
 )
-from issues.exceptions import InvalidInput, NotFound
+from issues.exceptions import Forbidden, InvalidInput, NotFound
 from issues.models import ActivityLog, Agent, Comment, HeartbeatRun, Issue, WakeupRequest
 from issues.run_context import context_merged, pending_wakes_apply
 from issues.selectors import unfolded_wakes
@@ -83,7 +83,9 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
         raise InvalidInput(details={"source": [f"'{source}' is not one of {', '.join(WakeSource.values)}."]})
     actor.ensure_can_write(agent.company_id)
     if actor.is_agent and actor.agent.pk != agent.pk:
-        actor.require_live_run()  # waking another agent is a mutation made from a run
+        # Only as a consequence of the agent's write (assignment, mention, …): the API refuses a
+        # direct wake of another agent (ensure_may_invoke); a header given must name a live run.
+        actor.named_live_run()
     comment_ids = [str(c) for c in dict.fromkeys(comment_ids)]
     if comment_ids and not comments_checked and Comment.objects.filter(
             pk__in=comment_ids, company_id=agent.company_id).count() != len(comment_ids):
@@ -133,6 +135,33 @@ def agent_wakeup(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMA
             raise
         # A concurrent request with the same idempotency key won the insert.
         return WakeupRequest.objects.get(agent=agent, idempotency_key=idempotency_key)
+
+
+def ensure_may_invoke(actor: Actor, agent: Agent) -> None:
+    """The rule of ``/wakeup`` and ``/heartbeat/invoke`` (ref §5.1): an agent wakes only itself;
+    board users any agent of their companies."""
+    if actor.is_agent and actor.agent.pk != agent.pk:
+        raise Forbidden("Agent can only invoke itself", code="agent_self_only")
+
+
+def agent_wakeup_request(*, actor: Actor, agent: Agent, source: str = WakeSource.ON_DEMAND, reason: str = "",
+                         issue: Issue | None = None, idempotency_key: str | None = None, comment_ids=(),
+                         trigger_detail: str | None = None, payload: dict | None = None,
+                         force_fresh_session: bool = False) -> WakeupRequest:
+    """``POST /agents/{id}/wakeup``: a wake the caller asks for. Upstream's ``payload``,
+    ``triggerDetail`` and ``forceFreshSession`` have no column here, so they go into the wake's
+    context (carried into its run's); ``payload`` under its own key, so it never overrides the
+    host's context keys (comment ids, approval, task packet)."""
+    ensure_may_invoke(actor, agent)
+    context = {}
+    if payload is not None:
+        context["payload"] = payload
+    if trigger_detail:
+        context["triggerDetail"] = trigger_detail
+    if force_fresh_session:
+        context["forceFreshSession"] = True
+    return agent_wakeup(actor=actor, agent=agent, source=source, reason=reason, issue=issue,
+                        idempotency_key=idempotency_key, comment_ids=comment_ids, context=context)
 
 
 def _coalesce_fast(actor, agent, source, reason, issue, idempotency_key, context, comment_ids=(),

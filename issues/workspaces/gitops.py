@@ -1,7 +1,14 @@
-"""The few git commands workspaces need, with timeouts and one error type. No DB access here."""
+"""The few git commands workspaces need, with timeouts and one error type. No DB access here.
+
+An http(s) repository is a URL any board user may set, so git reaches it only as the guarded HTTP
+client would (paperclip.core.outbound_http): the address is checked just before git runs and git is
+pinned to it (``http.curloptResolve``), follows no redirect and uses no proxy. Folders, ``file://``
+and ssh repositories are staff-set and run unchanged.
+"""
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import subprocess
@@ -10,11 +17,17 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .errors import WorkspaceGitFailed
+from paperclip.core.outbound_http import OutboundRefused, checked_addresses
+
+from .errors import WorkspaceConfigError, WorkspaceGitFailed
+
+log = logging.getLogger("paperclip.workspaces")
 
 DEFAULT_GIT_TIMEOUT = 300
 # scp-like "user@host:path" or anything with a scheme ("https://", "ssh://", "file://").
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/\s]+@[^/\s]+:")
+PROXY_ENV = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+             "NO_PROXY", "GIT_PROXY_COMMAND")
 
 
 def git_timeout() -> int:
@@ -25,19 +38,45 @@ def is_url(repository: str) -> bool:
     return bool(_URL.match(repository))
 
 
-def git(*args: str, cwd=None, check: bool = True) -> subprocess.CompletedProcess:
+def is_http_url(repository: str) -> bool:
+    return repository.strip().lower().startswith(("https://", "http://"))
+
+
+def guarded_options(url: str, *, label: str) -> list[str]:
+    """``git -c`` options that hold git to the outbound guard for ``url`` (checked now: a refusal is
+    a :class:`WorkspaceConfigError` naming ``label``, the repository as shown, and git never runs)."""
+    try:
+        host, port, addresses = checked_addresses(url)
+    except OutboundRefused as exc:
+        raise WorkspaceConfigError(f"The project repository {label} is refused: {exc}",
+                                   code="workspace_repository_refused", details={"repository": label}) from None
+    options = ["-c", "http.followRedirects=false", "-c", "http.proxy="]  # an empty proxy turns env proxies off too
+    if host.strip("[]") not in {str(a) for a in addresses}:  # a name: connect to the checked addresses only
+        pinned = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in addresses)
+        options += ["-c", f"http.curloptResolve={host}:{port}:{pinned}"]
+    return options
+
+
+def git(*args: str, cwd=None, check: bool = True, guarded: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run git; ``guarded`` (from :func:`guarded_options`) for a command that reaches an http(s) remote."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
-    cmd = ["git", *args]
+    if guarded is not None:  # the checked address, never a proxy's
+        env = {k: v for k, v in env.items() if k not in PROXY_ENV}
+    cmd = ["git", *(guarded or []), *args]
     try:
         proc = subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=git_timeout(),
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
-        raise WorkspaceGitFailed("A git command timed out.", details={"command": cmd[:4]}) from exc
+        raise WorkspaceGitFailed("A git command timed out.", details={"command": ["git", *args][:4]}) from exc
     except OSError as exc:
-        raise WorkspaceGitFailed(details={"command": cmd[:4], "error": str(exc)}) from exc
+        raise WorkspaceGitFailed(details={"command": ["git", *args][:4], "error": str(exc)}) from exc
     if check and proc.returncode != 0:
-        raise WorkspaceGitFailed(details={"command": cmd[:6], "exitCode": proc.returncode,
-                                          "stderr": proc.stderr.strip()[-2000:]})
+        stderr = proc.stderr.strip()[-2000:]
+        if guarded is not None:  # what a tenant's remote answered stays in the server's log
+            log.warning("git %s failed (exit %s): %s", " ".join(args[:2]), proc.returncode, stderr)
+            stderr = "(see the server log)"
+        raise WorkspaceGitFailed(details={"command": ["git", *args][:6], "exitCode": proc.returncode,
+                                          "stderr": stderr})
     return proc
 
 

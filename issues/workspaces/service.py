@@ -12,7 +12,11 @@ Rules (seed 000 first section and §9.4, seed 003 hooks, Symphony §9):
 - Hooks: ``after_create`` (new workspace only) and ``before_run`` are fatal; ``after_run`` and
   ``before_remove`` are logged only. Commands and the timeout come from the run policy
   (issues.services.run_policy: the project's own hooks and ``hook_timeout_seconds``, then the
-  workflow document's ``hooks.*`` and ``hooks.timeout_ms``, then the default).
+  workflow document's ``hooks.*`` and ``hooks.timeout_ms``, then the default). A document hook the
+  run policy leaves out (an https repository's WORKFLOW.md, connector defaults: not staff-set) is
+  not run, and the run's log says why.
+- An https repository is cloned and fetched through the outbound guard, checked at each use
+  (:func:`gitops.guarded_options`); a refused one fails admission naming the repository.
 
 No DB transaction is held while git or a hook runs: every DB write is a short ``atomic`` block
 before or after the filesystem work. Git work on one repository is serialized on this host by a
@@ -100,7 +104,7 @@ def _repository_dir(project: Project, root: Path, *, require_git: bool) -> Path:
                 if cache.exists():
                     shutil.rmtree(cache)  # a clone that failed half way
                 cache.parent.mkdir(parents=True, exist_ok=True)
-                gitops.git("clone", "--quiet", repository, str(cache))
+                gitops.git("clone", "--quiet", repository, str(cache), guarded=_guarded(repository))
         return cache
     path = Path(os.path.expanduser(repository))
     if not path.is_absolute():
@@ -114,6 +118,16 @@ def _repository_dir(project: Project, root: Path, *, require_git: bool) -> Path:
         raise WorkspaceConfigError("The project repository is not a git repository.",
                                    code="workspace_repository_invalid", details={"repository": repository})
     return path
+
+
+def _guarded(repository: str) -> list[str] | None:
+    """git options for a remote an https URL names (checked now, at use: the address may have moved
+    since it was written); None for staff-set folders, file:// and ssh URLs."""
+    if not gitops.is_http_url(repository):
+        return None
+    from issues.services.projects import redact_url
+
+    return gitops.guarded_options(repository, label=redact_url(repository))
 
 
 def _lexically_inside(path: str | Path, root: Path) -> Path:
@@ -430,11 +444,12 @@ def _branch_name(project: Project, issue: Issue, key: str) -> str:
     return name
 
 
-def _start_point(repo: Path, base_ref: str) -> str:
-    """Where a new branch starts: ``origin/<base_ref>`` fetched fresh when an origin exists."""
+def _start_point(repo: Path, base_ref: str, repository: str = "") -> str:
+    """Where a new branch starts: ``origin/<base_ref>`` fetched fresh when an origin exists (the clone
+    of an https ``repository`` fetches through the guard)."""
     base_ref = (base_ref or "").strip()
     if gitops.has_remote(repo, "origin"):
-        gitops.git("fetch", "--quiet", "--prune", "origin", cwd=repo)
+        gitops.git("fetch", "--quiet", "--prune", "origin", cwd=repo, guarded=_guarded(repository))
         if not base_ref:
             head = gitops.git("symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD", cwd=repo, check=False)
             if head.returncode == 0 and head.stdout.strip():
@@ -477,7 +492,7 @@ def _realize_isolated(*, issue: Issue, project: Project, root: Path) -> _Realize
         if existing is not None:
             _mark_status(workspace=existing, status=WorkspaceStatus.FAILED, note="folder missing at admission")
         _clear_stale_path(path, repo)
-        start = _start_point(repo, project.base_ref)
+        start = _start_point(repo, project.base_ref, (project.repository or "").strip())
         created_branch = not gitops.ref_exists(repo, f"refs/heads/{branch}")
         if created_branch:
             gitops.git("worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), start, cwd=repo)
@@ -560,6 +575,8 @@ def _hook(workspace: ExecutionWorkspace, name: str, *, issue: Issue | None, run:
     policy = run_policy_for(agent=run.agent if run is not None else None, issue=issue, project=workspace.project)
     command = hook_command(policy.hooks, name)
     if not command:
+        if name in policy.hooks_ignored:  # a hook from a document no staff user vouches for: said, not run
+            _ignored_hook_note(name, policy.hooks_ignored[name], workspace=workspace, run=run)
         return None
     timeout = policy.hook_timeout_seconds or DEFAULT_HOOK_TIMEOUT
     env = {
@@ -580,6 +597,17 @@ def _hook(workspace: ExecutionWorkspace, name: str, *, issue: Issue | None, run:
         logger.warning("workspace hook %s failed for workspace %s (exit %s, timed out %s)", name, workspace.pk,
                        result.exit_code, result.timed_out)
     return result
+
+
+def _ignored_hook_note(name: str, reason: str, *, workspace: ExecutionWorkspace, run: HeartbeatRun | None):
+    from issues.choices import RunEventKind
+    from issues.services.runs import run_append_event
+
+    message = f"workspace hook {name} from the workflow document was not run: {reason}."
+    logger.warning("workspace %s: %s", workspace.pk, message)
+    if run is not None:
+        run_append_event(run_id=run.pk, kind=RunEventKind.SYSTEM, message=message,
+                         data={"hook": name, "hookIgnored": True}, liveness=False)
 
 
 def _append_hook_log(workspace: ExecutionWorkspace, entry: dict):

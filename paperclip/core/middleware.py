@@ -1,5 +1,5 @@
-"""Project middleware: the console's current company, and the API's guard against hostile input
-(:class:`ApiInputGuardMiddleware`).
+"""Project middleware: the console's current company, its Content-Security-Policy
+(:class:`ConsoleCspMiddleware`), and the API's guard against hostile input (:class:`ApiInputGuardMiddleware`).
 
 For a logged-in user ``request.user_companies`` lists the companies the user belongs to
 (every company for a superuser) and ``request.company`` is the one selected in the session
@@ -41,6 +41,31 @@ class CurrentCompanyMiddleware:
                 companies[0] if companies else None
             )
         return self.get_response(request)
+
+
+# The console's pages load only their own scripts (htmx from static files, no inline <script>, no
+# hx-on / js: attributes, which htmx would eval), so an injected script, event handler or script URL
+# that got past escaping and ``web_link`` still does not run. Inline styles stay allowed: htmx adds
+# its indicator <style> and a few templates use style="". Images may come from https (Markdown).
+CONSOLE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: https:; "
+               "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+# Not for the admin and the API docs: their pages carry inline scripts (Swagger UI, ReDoc) we do not own.
+CSP_EXEMPT_PREFIXES = ("/admin/", "/api/")
+
+
+class ConsoleCspMiddleware:
+    """``Content-Security-Policy`` on the console's HTML responses."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (not request.path_info.startswith(CSP_EXEMPT_PREFIXES)
+                and response.get("Content-Type", "").startswith("text/html")
+                and "Content-Security-Policy" not in response):
+            response["Content-Security-Policy"] = CONSOLE_CSP
+        return response
 
 
 class ApiInputGuardMiddleware:

@@ -14,7 +14,9 @@ credentials to a URL a company admin chose. Every such request goes through
 * redirects are never followed, proxies from the environment are ignored (a proxy would make the
   address check meaningless).
 
-A refusal raises :class:`OutboundRefused`, before any byte is sent."""
+A refusal raises :class:`OutboundRefused`, before any byte is sent. git, which connects by itself
+(an https project repository), asks :func:`checked_addresses` and is pinned to them
+(issues.workspaces.gitops)."""
 from __future__ import annotations
 
 import ipaddress
@@ -210,3 +212,26 @@ def guarded_client(**kwargs) -> httpx.Client:
 
 def url_refusal(url: str, *, resolve: bool = True) -> str | None:
     return OutboundPolicy.from_settings().url_refusal(url, resolve=resolve)
+
+
+def checked_addresses(url: str) -> tuple[str, int, list[Address]]:
+    """For a client that connects by itself (git): the URL's host, port and every address the host
+    resolves to, each checked as above; raises :class:`OutboundRefused`. The caller connects only to
+    these addresses (pinned), through no proxy, following no redirect."""
+    policy = OutboundPolicy.from_settings()
+    refusal = policy.url_refusal(url, resolve=False)
+    if refusal:
+        raise OutboundRefused(refusal)
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    try:
+        addresses = _resolve(host, port)
+    except OSError as exc:
+        raise OutboundRefused(f"cannot resolve {host}: {exc}") from None
+    if not addresses:
+        raise OutboundRefused(f"{host} has no address")
+    for address in addresses:  # one non-public answer refuses the name: the rest could rebind
+        refusal = policy.address_refusal(host, port, address)
+        if refusal:
+            raise OutboundRefused(refusal)
+    return host, port, addresses

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ..base import ExternalActor, ExternalComment, ExternalState, ExternalTask, normalize_labels
+from ..base import ExternalActor, ExternalComment, ExternalState, ExternalTask, normalize_labels, web_url
 from ..custom_fields import custom_fields
 from ..http import note_envelope, parse_due
 from ..http import parse_utc as utc
@@ -101,7 +101,7 @@ def task(raw: Mapping[str, Any], *, mapping, containers: tuple[str, ...], servic
         provider_key=PROVIDER, external_id=gid, external_key=None, title=title or "", description=notes,
         state=ExternalState(name, category), priority=None, assignees=(assignee,) if assignee else (),
         labels=tuple(normalize_labels(str(t.get("name")) for t in tags if t.get("name") is not None)),
-        url=raw.get("permalink_url"), due_at=parse_due(raw.get("due_at") or raw.get("due_on")),
+        url=web_url(raw.get("permalink_url")), due_at=parse_due(raw.get("due_at") or raw.get("due_on")),
         created_at=utc(raw.get("created_at")), updated_at=utc(raw.get("modified_at")),
         revision=raw.get("modified_at"), container_id=project, envelope=envelope)
 
@@ -123,5 +123,5 @@ def comment(story: Mapping[str, Any], task_id: str, *, service_account_id: str |
     if mentions:
         envelope["mentionsNeutralized"] = mentions
     return ExternalComment(external_comment_id=gid, external_task_id=task_id, author=author, body=body or "",
-                           url=task_url, created_at=created, updated_at=None if story.get("is_edited") else created,
+                           url=web_url(task_url), created_at=created, updated_at=None if story.get("is_edited") else created,
                            envelope=envelope)

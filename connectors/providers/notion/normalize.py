@@ -10,7 +10,7 @@ import json
 from typing import Any, Mapping
 
 from ..base import ErrorCategory, ExternalActor, ExternalComment, ExternalState, ExternalTask, ProviderError, StateCategory
-from ..base import normalize_labels
+from ..base import normalize_labels, web_url
 from ..http import mapped_state, note_envelope, parse_due, parse_utc
 from ..mentions import neutralize_mentions
 from . import richtext, states
@@ -163,7 +163,7 @@ class NotionNormalizer:
         return ExternalTask(
             provider_key=self.provider_key, external_id=page_id, external_key=None, title=title or "",
             description=description, state=state, priority=None, assignees=assignees,
-            labels=tuple(normalize_labels(label_names)), blocked_by=(), url=page.get("url"),
+            labels=tuple(normalize_labels(label_names)), blocked_by=(), url=web_url(page.get("url")),
             due_at=parse_due(((due or {}).get("date") or {}).get("start")) if due_name else None,
             created_at=parse_utc(page.get("created_time")), updated_at=parse_utc(edited),
             revision=f"{edited}#{digest([self.row_mark(page), description])}",
@@ -186,5 +186,5 @@ class NotionNormalizer:
             envelope["mentionsNeutralized"] = list(dict.fromkeys(mentioned + more))
         return ExternalComment(
             external_comment_id=str(comment["id"]), external_task_id=page_id, author=author, body=body or "",
-            url=f"{base}?d={discussion}" if discussion else base, created_at=parse_utc(comment.get("created_time")),
+            url=web_url(f"{base}?d={discussion}" if discussion else base), created_at=parse_utc(comment.get("created_time")),
             updated_at=parse_utc(comment.get("last_edited_time")), envelope=envelope)

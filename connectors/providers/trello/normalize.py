@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from ..base import ExternalActor, ExternalComment, ExternalTask, normalize_labels
+from ..base import ExternalActor, ExternalComment, ExternalTask, normalize_labels, web_url
 from ..http import note_envelope, parse_utc
 from ..mentions import neutralize_mentions
 from .states import ListMapping
@@ -104,7 +104,7 @@ class TrelloNormalizer:
             provider_key=PROVIDER_KEY, external_id=card_id, external_key=card.get("shortLink") or None,
             title=title or "", description=description, state=state, priority=None,
             assignees=tuple(a for a in assignees if a), labels=tuple(normalize_labels(label_names(raw_labels))),
-            blocked_by=(), url=card_url(card), due_at=parse_utc(card.get("due")),
+            blocked_by=(), url=web_url(card_url(card)), due_at=parse_utc(card.get("due")),
             created_at=created_from_id(card_id), updated_at=parse_utc(card.get("dateLastActivity")),
             revision=card.get("dateLastActivity"), container_id=self.container_of(board_id) or board_id or None,
             envelope=envelope)
@@ -125,5 +125,5 @@ class TrelloNormalizer:
         if mentions:
             envelope["mentionsNeutralized"] = mentions
         return ExternalComment(external_comment_id=str(action["id"]), external_task_id=task_id, author=author,
-                               body=body or "", url=url, created_at=created, updated_at=edited or created,
+                               body=body or "", url=web_url(url), created_at=created, updated_at=edited or created,
                                envelope=envelope)

@@ -3,6 +3,7 @@ import json
 
 from django import template
 
+from paperclip.core.links import web_url
 from paperclip.core.markdown import render_markdown
 
 register = template.Library()
@@ -12,6 +13,14 @@ register = template.Library()
 def markdown_filter(text):
     """Sanitized HTML from Markdown (markdown-it-py, then nh3)."""
     return render_markdown(text)
+
+
+@register.filter
+def web_link(url):
+    """The URL when it may be an ``href`` (absolute http(s)), else ``""``: every link whose value came
+    from outside (a tracker, a runner, an agent) goes through it, so a stored ``javascript:`` URL
+    renders as no link. Use: ``{% with href=x.url|web_link %}{% if href %}<a href="{{ href }}">``."""
+    return web_url(url)
 
 
 @register.filter
