@@ -23,7 +23,7 @@ from issues.models import Comment, WorkProduct
 from paperclip.core.links import web_url
 from paperclip.core.templatetags.console import web_link
 from tests.github_sandbox import DEFAULT_STATE_MAPPING
-from tests.notion_sandbox import notion_adapter_for, notion_sandbox  # noqa: F401  (fixture)
+from tests.notion_sandbox import notion_adapter_for
 from tests.test_connectors_github import agents, deliver, fixture_body, instance  # noqa: F401  (fixtures)
 
 SCRIPT = "javascript:alert(document.cookie)//"
@@ -199,7 +199,7 @@ def test_trello_normalisation_drops_script_urls():
     assert web_url(adapter.normalize_comment(action).url)
 
 
-def test_notion_normalisation_drops_script_urls(notion_sandbox):  # noqa: F811
+def test_notion_normalisation_drops_script_urls(notion_sandbox):
     adapter = notion_adapter_for(notion_sandbox)
     page = notion_sandbox.add_page("Fix the login", database=notion_sandbox.tasks["id"], status="In progress")
     assert adapter.normalize_page(page).url == page["url"] and page["url"].startswith("https://")
