@@ -23,6 +23,7 @@ from issues.exceptions import Forbidden
 from issues.workflow.document import parse_front_matter, split
 from issues.workflow.errors import PolicyInvalid
 from issues.workflow.settings import HOOK_NAMES
+from issues.workspaces import gitops
 
 # adapter type -> the keys of its config that start something on this server
 COMMAND_KEYS = {AdapterType.PROCESS: ("command", "env"), AdapterType.RUNNER: ("command", "env", "cwd"),
@@ -68,8 +69,7 @@ def hooks_check(actor: Actor, text: str, current: str | None, field: str) -> str
 def repository_hooks_trusted(project) -> bool:
     """A repository only staff can set (folder, ``file://``, ssh/scp); an http(s) one only with
     ``TRUST_REPOSITORY_HOOKS``."""
-    repository = (getattr(project, "repository", "") or "").strip().lower()
-    if repository.startswith(("https://", "http://")):
+    if gitops.is_http_url(getattr(project, "repository", "") or ""):
         return bool(settings.PAPERCLIP.get("TRUST_REPOSITORY_HOOKS", False))
     return True
 

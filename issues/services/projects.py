@@ -41,7 +41,7 @@ from paperclip.core.outbound_http import url_refusal
 
 from .activity import activity_record
 from .goals import ensure_org_write
-from .host_commands import hooks_check
+from .host_commands import hooks_check, is_staff
 from .lookups import company_object
 
 PROJECT_STATUSES = ("backlog", "planned", "in_progress", "completed", "cancelled")
@@ -92,10 +92,6 @@ def redact_url(url: str) -> str:
 
 
 # --- input ----------------------------------------------------------------------------------------------
-def _is_staff(actor: Actor) -> bool:
-    return actor.is_board and bool(getattr(actor.user, "is_staff", False) or getattr(actor.user, "is_superuser", False))
-
-
 def _inline_credentials(url: str) -> bool:
     """A token or password in the URL (``https://TOKEN@host``, ``ssh://user:pw@host``); an ssh user alone is fine."""
     scheme, sep, rest = url.partition("://")
@@ -114,11 +110,11 @@ def repository_check(actor: Actor, value: str, field: str) -> str:
         raise InvalidInput(details={field: ["Credentials in the URL are not allowed (credentials are never "
                                             "inline); configure them for git on the server."]})
     if value.lower().startswith(("https://", "http://")):
-        refusal = None if _is_staff(actor) else url_refusal(value)
+        refusal = None if is_staff(actor) else url_refusal(value)
         if refusal:
             raise InvalidInput(details={field: [refusal]})
         return value
-    if not _is_staff(actor):
+    if not is_staff(actor):
         raise Forbidden("A repository on this server (a folder, file://, ssh or scp-style URL) is set by a staff "
                         "user; give an https URL.", code="repository_staff_only",
                         details={field: ["Only staff users set a server folder or an ssh/file repository."]})

@@ -150,6 +150,17 @@ def _resolve(host: str, port: int) -> list[Address]:
     return seen
 
 
+def _checked(policy: OutboundPolicy, host: str, port: int) -> list[Address]:
+    """Every address ``host`` resolves to, each checked: one non-public answer refuses the name (the
+    rest could rebind). Raises OSError when it does not resolve, :class:`OutboundRefused` when refused."""
+    addresses = _resolve(host, port)
+    for address in addresses:
+        refusal = policy.address_refusal(host, port, address)
+        if refusal:
+            raise OutboundRefused(refusal)
+    return addresses
+
+
 class _GuardedBackend(httpcore.SyncBackend):
     """Resolves once, checks every address, connects to a checked address and verifies the peer."""
 
@@ -158,13 +169,9 @@ class _GuardedBackend(httpcore.SyncBackend):
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         try:
-            addresses = _resolve(host, port)
+            addresses = _checked(self.policy, host, port)
         except OSError as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        for address in addresses:  # one non-public answer refuses the name: the rest could rebind
-            refusal = self.policy.address_refusal(host, port, address)
-            if refusal:
-                raise OutboundRefused(refusal)
         last: Exception | None = None
         for address in addresses:
             try:
@@ -225,13 +232,9 @@ def checked_addresses(url: str) -> tuple[str, int, list[Address]]:
     parts = urlsplit(url)
     host, port = parts.hostname, parts.port or (443 if parts.scheme.lower() == "https" else 80)
     try:
-        addresses = _resolve(host, port)
+        addresses = _checked(policy, host, port)
     except OSError as exc:
         raise OutboundRefused(f"cannot resolve {host}: {exc}") from None
     if not addresses:
         raise OutboundRefused(f"{host} has no address")
-    for address in addresses:  # one non-public answer refuses the name: the rest could rebind
-        refusal = policy.address_refusal(host, port, address)
-        if refusal:
-            raise OutboundRefused(refusal)
     return host, port, addresses
