@@ -101,6 +101,9 @@ def configure_worker_env(*, default_db: str, redis_db: int, secret_name: str, se
     os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:6379/{redis_db}"
     os.environ["CELERY_TASK_ALWAYS_EAGER"] = "False"
     os.environ[secret_name] = secret
+    # The bench server is one operator's: its companies may all name the allow-listed secret (README,
+    # "Secret references"; a multi-company server binds each name to a company instead).
+    os.environ["PAPERCLIP_SECRET_ENV_SINGLE_TENANT"] = "true"
     return url
 
 

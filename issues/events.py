@@ -20,7 +20,9 @@ issue_checked_out_atomic = Signal()  # issue, actor, run_id
 # statement itself (one more RETURNING column each) so a checkout pays no round trip for them:
 # name -> SQL boolean over the claimed row, ``{issue}`` standing for the issue table. Registered in
 # AppConfig.ready(); the claimed issue carries them as ``claim_facts`` (a receiver asks the database
-# itself when a fact is missing).
+# itself when a fact is missing). A receiver has work only when its fact holds: on PostgreSQL an
+# agent's claim for which no fact holds is one statement that commits on its own, and the signal is
+# not sent for it (issues.services.checkout).
 CLAIM_FACTS: dict[str, str] = {}
 run_finished_atomic = Signal()  # run
 # Sent inside the transaction of the write (like comment_created_atomic), for outbound artifact links.

@@ -1,6 +1,7 @@
 """The hot paths' statement lists, asserted so they cannot silently grow: a checkout is its key
-lookup, the claim (one UPDATE ... RETURNING, which also answers the connectors' "is it linked?")
-and its audit row (one INSERT); a webhook delivery is its instance read and one INSERT (no BEGIN, no savepoint: the insert is
+lookup and, on PostgreSQL, one statement that claims, writes the audit row and commits on its own
+(elsewhere, and for a linked issue, the claim (one UPDATE ... RETURNING, which also answers the
+connectors' "is it linked?") and its audit row (one INSERT) in a transaction); a webhook delivery is its instance read and one INSERT (no BEGIN, no savepoint: the insert is
 its own transaction, deduped by the idempotency constraint). Kicks leave the request path."""
 import re
 import threading
@@ -13,7 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from connectors import tasks
-from connectors.models import ConnectorInstance, InboundEvent
+from connectors.choices import LinkStatus
+from connectors.models import ConnectorInstance, InboundEvent, OutboundEffect, TaskLink
 from connectors.services import kicks
 from issues.models import ActivityLog, Label
 from tests.connector_factories import make_instance
@@ -45,11 +47,20 @@ def checkout(client, issue):
                        {"agentId": str(client.agent.pk), "expectedStatuses": ["todo"]}, format="json")
 
 
-CHECKOUT = [
-    ("SELECT", "issues_agentapikey"),  # the key and its agent, one join
+KEY = ("SELECT", "issues_agentapikey")  # the key and its agent, one join
+TRANSACTIONAL_CHECKOUT = [
+    KEY,
     ("UPDATE", "issues_issue"),  # the claim, RETURNING the row and whether a tracker task is linked
     ("INSERT", "issues_activitylog"),  # the audit row
 ]
+ONE_STATEMENT_CHECKOUT = [
+    KEY,
+    ("WITH", "issues_issue"),  # the claim of an unlinked issue and its audit row, one statement
+]
+
+
+def expected_checkout():
+    return ONE_STATEMENT_CHECKOUT if connection.vendor == "postgresql" else TRANSACTIONAL_CHECKOUT
 
 
 def test_checkout_is_three_statements(agent_client, company):
@@ -58,7 +69,7 @@ def test_checkout_is_three_statements(agent_client, company):
     with CaptureQueriesContext(connection) as ctx:
         response = checkout(agent_client, issue)
     assert response.status_code == 200, response.content
-    assert statements(ctx) == CHECKOUT
+    assert statements(ctx) == expected_checkout()
     body = response.json()
     assert body["status"] == "in_progress" and body["checkoutRunId"] == str(agent_client.run.pk)
     assert body["labels"] == [] and body["labelIds"] == []
@@ -75,9 +86,56 @@ def test_checkout_of_a_labelled_issue_reads_its_labels_once(agent_client, compan
     with CaptureQueriesContext(connection) as ctx:
         response = checkout(agent_client, issue)
     assert response.status_code == 200, response.content
-    assert statements(ctx) == [*CHECKOUT[:2], ("SELECT", "issues_label"), *CHECKOUT[2:]]
+    assert statements(ctx) == [*expected_checkout()[:2], ("SELECT", "issues_label"), *expected_checkout()[2:]]
     assert response.json()["labelIds"] == [str(bug.pk)]
     assert [label["name"] for label in response.json()["labels"]] == ["bug"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_checkout_commits_its_claim_and_audit_row_without_a_transaction_of_its_own(agent_client, company):
+    """Outside any transaction (as under a server): on PostgreSQL no BEGIN and no COMMIT, yet the
+    claim and its audit row are both committed, by the one statement."""
+    assert checkout(agent_client, IssueFactory(company=company)).status_code == 200
+    issue = IssueFactory(company=company)
+    with CaptureQueriesContext(connection) as ctx:
+        assert checkout(agent_client, issue).status_code == 200
+    if connection.vendor == "postgresql":
+        assert transaction_control(ctx) == []
+    assert not connection.in_atomic_block
+    issue.refresh_from_db()
+    assert issue.status == "in_progress" and issue.checkout_run_id == agent_client.run.pk
+    assert ActivityLog.objects.filter(action="issue.checked_out", entity_id=str(issue.pk)).count() == 1
+
+
+def test_a_refused_checkout_writes_no_audit_row(agent_client, make_agent_client, company):
+    """The one statement writes its audit row only for a claim it made: a refusal leaves none."""
+    other = make_agent_client(company=company)
+    issue = IssueFactory(company=company)
+    assert checkout(other, issue).status_code == 200  # held by the other agent's live run
+    before = ActivityLog.objects.filter(action="issue.checked_out", entity_id=str(issue.pk)).count()
+    response = checkout(agent_client, issue)
+    assert response.status_code == 409, response.content
+    assert ActivityLog.objects.filter(action="issue.checked_out", entity_id=str(issue.pk)).count() == before == 1
+    issue.refresh_from_db()
+    assert issue.assignee_agent_id == other.agent.pk
+
+
+def test_a_linked_issue_is_claimed_in_the_transaction_its_outbound_effect_shares(agent_client, company):
+    """A claim fact holds (the issue is linked): the one-statement claim leaves it, and the claim,
+    its audit row and the connector's outbound effect commit together, once each."""
+    instance, _ = make_instance(company)
+    issue = IssueFactory(company=company)
+    TaskLink.objects.create(company=company, instance=instance, provider_key=instance.provider_key, issue=issue,
+                            external_task_id="T-1", external_key="T-1", external_title="linked",
+                            external_state_name="Todo", external_state_category="backlog", status=LinkStatus.HEALTHY,
+                            sync_mode="bidirectional")
+    with CaptureQueriesContext(connection) as ctx:
+        response = checkout(agent_client, issue)
+    assert response.status_code == 200, response.content
+    done = statements(ctx)
+    assert ("UPDATE", "issues_issue") in done and ("INSERT", "issues_activitylog") in done  # the transactional claim
+    assert ActivityLog.objects.filter(action="issue.checked_out", entity_id=str(issue.pk)).count() == 1
+    assert OutboundEffect.objects.filter(link__issue=issue).exists()
 
 
 INTAKE = [

@@ -10,14 +10,84 @@ calls (the per-call ``initial_data`` is set for the call and removed after it).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+
+from django.utils import timezone
+from rest_framework import fields, serializers
+from rest_framework.fields import SkipField
+from rest_framework.relations import PKOnlyObject
+from rest_framework.settings import api_settings
 
 _local = threading.local()
+_DATETIME = object()  # the plan's marker for an ISO 8601 DateTimeField
 
 
 def represent(serializer_class, instance) -> dict:
     """``serializer_class(instance).data`` for a context-free output serializer, without rebuilding
-    its fields on every call."""
-    return _per_thread("outputs", serializer_class).to_representation(instance)
+    its fields on every call. A field whose output is one attribute through a plain converter (an
+    exact UUID, char, integer or ISO date-time field) is read directly; every other field, and any
+    value the direct read cannot take as DRF would, goes through the DRF field as usual."""
+    serializer = _per_thread("outputs", serializer_class)
+    plan = _plan(serializer)
+    if plan is None or isinstance(instance, Mapping):
+        return serializer.to_representation(instance)
+    out, zone = {}, None
+    for name, attr, convert, field in plan:
+        if convert is not None:
+            try:
+                value = getattr(instance, attr)
+            except AttributeError:
+                value = convert = None  # DRF decides: a default, a skip, or its error
+            if value is None and convert is not None:
+                out[name] = None
+                continue
+            if convert is _DATETIME and not isinstance(value, str) and timezone.is_aware(value):
+                zone = zone or timezone.get_current_timezone()
+                text = value.astimezone(zone).isoformat()
+                out[name] = text[:-6] + "Z" if text.endswith("+00:00") else text
+                continue
+            if convert is not None and convert is not _DATETIME and not callable(value):
+                out[name] = convert(value)
+                continue
+        try:  # as Serializer.to_representation does for one field
+            attribute = field.get_attribute(instance)
+        except SkipField:
+            continue
+        check_for_none = attribute.pk if isinstance(attribute, PKOnlyObject) else attribute
+        out[name] = None if check_for_none is None else field.to_representation(attribute)
+    return out
+
+
+def _direct(field):
+    """The converter DRF's ``to_representation`` amounts to for this field's non-null attribute, or
+    None when the field must do it (a subclass may override it, so only the exact classes)."""
+    kind = type(field)
+    if len(field.source_attrs) != 1:
+        return None
+    if kind is fields.UUIDField and field.uuid_format == "hex_verbose":
+        return str
+    if kind is fields.CharField:
+        return str
+    if kind is fields.IntegerField:
+        return int
+    if (kind is fields.DateTimeField and not hasattr(field, "timezone")
+            and str(getattr(field, "format", api_settings.DATETIME_FORMAT)).lower() == fields.ISO_8601):
+        return _DATETIME
+    return None
+
+
+def _plan(serializer):
+    """(name, attribute, converter or None, field) per readable field, built once per serializer
+    instance; None when the serializer has its own ``to_representation``."""
+    plan = serializer.__dict__.get("_representation_plan", False)
+    if plan is False:
+        if type(serializer).to_representation is not serializers.Serializer.to_representation:
+            plan = None
+        else:
+            plan = [(f.field_name, f.source_attrs[0] if f.source_attrs else None, _direct(f), f)
+                    for f in serializer._readable_fields]
+        serializer.__dict__["_representation_plan"] = plan
+    return plan
 
 
 def _per_thread(role: str, serializer_class):

@@ -58,14 +58,15 @@ def activity_batched():
         rows.insert_many(batch)
 
 
-def activity_record(*, actor: Actor, company_id, action: str, entity_type: str, entity_id, details=None, run=None):
-    """Append one audit row; call inside the transaction of the change it describes. Inside
-    :func:`activity_batched` the row is written when the block ends (its ``pk`` is unset until then)."""
+def activity_row(*, actor: Actor, company_id, action: str, entity_type: str, entity_id, details=None,
+                 run=None) -> ActivityLog:
+    """The audit row :func:`activity_record` writes, unsaved: for a statement that writes its own
+    (the checkout's one-statement claim)."""
     fields = actor.activity_fields()
     if run is not None:
         fields["run"] = run
     cause = _CAUSE.get()
-    row = ActivityLog(
+    return ActivityLog(
         company_id=company_id,
         action=action,
         entity_type=entity_type,
@@ -73,6 +74,18 @@ def activity_record(*, actor: Actor, company_id, action: str, entity_type: str, 
         details={**cause, **(details or {})} if cause else (details or {}),
         **fields,
     )
+
+
+def activity_deferred() -> bool:
+    """Inside :func:`activity_batched`: rows are collected, so a statement must not write its own."""
+    return _BATCH.get() is not None
+
+
+def activity_record(*, actor: Actor, company_id, action: str, entity_type: str, entity_id, details=None, run=None):
+    """Append one audit row; call inside the transaction of the change it describes. Inside
+    :func:`activity_batched` the row is written when the block ends (its ``pk`` is unset until then)."""
+    row = activity_row(actor=actor, company_id=company_id, action=action, entity_type=entity_type,
+                       entity_id=entity_id, details=details, run=run)
     batch = _BATCH.get()
     if batch is not None:
         row.created_at = timezone.now()

@@ -8,6 +8,7 @@ same agent adopts that lock under any other id, as upstream adopts a lock whose 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from functools import lru_cache
 
 from django.db import connection, transaction
@@ -37,7 +38,7 @@ from issues.models import Agent, HeartbeatRun, Issue, IssueRelation, Label
 from paperclip.core import rows
 
 from . import fences
-from .activity import activity_record
+from .activity import activity_deferred, activity_record, activity_row
 from .lookups import company_object
 
 
@@ -63,18 +64,27 @@ WHERE {key} = %s AND company_id IN ({companies}) AND (
 ) AND NOT EXISTS (
     SELECT 1 FROM {relation} rel JOIN {issue} b ON b.id = rel.issue_id
     WHERE rel.related_issue_id = {issue}.id AND rel.kind = %s AND b.status NOT IN (%s, %s)
-){run_check}
+){run_check}{unless}
 RETURNING {columns}, EXISTS (SELECT 1 FROM {labels} l WHERE l.{labels_issue} = {issue}.id){facts}
 """
 # An agent's run must be its own and running; anything else takes the slow path, which explains.
 _RUN_CHECK = "\nAND EXISTS (SELECT 1 FROM {run} r0 WHERE r0.id = %s AND r0.agent_id = %s AND r0.status = %s)"
+# PostgreSQL, an agent's claim under its running run: the claim and its audit row in one statement
+# that commits on its own (no BEGIN, no second INSERT, no COMMIT: half the round trips of the
+# transactional claim). It claims only an issue for which no claim fact holds, i.e. one where no
+# receiver of issue_checked_out_atomic has work that must commit with the claim; the transactional
+# claim takes the others.
+_CLAIM_RECORDED_SQL = "WITH claimed AS ({claim}), recorded AS ({record}) SELECT * FROM claimed"
+# The audit row's columns the claimed row decides (the ref may be an identifier; agents have one company).
+_RECORDED_FROM_CLAIM = {"company_id": "claimed.company_id", "entity_id": "claimed.id::text"}
 
 
 @lru_cache(maxsize=64)
 def _claim_sql(*, identifier: bool, companies: int, open_statuses: int, host_run: bool, check_run: bool,
-               facts: tuple = ()) -> str:
+               facts: tuple = (), unless: tuple = ()) -> str:
     """The claim statement for one shape of request (built once per shape and process); ``facts``:
-    the registered claim facts (events.CLAIM_FACTS) as (name, SQL) pairs, returned after the labels."""
+    the registered claim facts (events.CLAIM_FACTS) as (name, SQL) pairs, returned after the labels;
+    ``unless``: facts' SQL that must all be false for the claim to match."""
     qn = connection.ops.quote_name
     labels = Issue._meta.get_field("labels")
     tables = {"issue": qn(Issue._meta.db_table), "run": qn(HeartbeatRun._meta.db_table),
@@ -88,19 +98,22 @@ def _claim_sql(*, identifier: bool, companies: int, open_statuses: int, host_run
         live=", ".join(["%s"] * len(LIVE_RUN_STATUSES)),
         run_check=_RUN_CHECK.format(**tables) if check_run else "",
         facts="".join(f", ({sql.format(issue=tables['issue'])})" for _, sql in facts),
+        unless="".join(f"\nAND NOT ({sql.format(issue=tables['issue'])})" for sql in unless),
     )
 
 
 def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, now,
-           check_run: bool) -> Issue | None:
+           check_run: bool, record=None) -> Issue | None:
     """Run the claim under ``run_id`` (a host run) or ``client_run_id`` (exactly one is given);
-    the claimed issue, or None when nothing matched."""
+    the claimed issue, or None when nothing matched. With ``record`` (an unsaved audit row;
+    PostgreSQL) the same statement writes it, and only an issue no claim fact holds for is claimed."""
     uid = Issue._meta.pk.get_db_prep_value
     identifier = selectors.is_identifier(ref)
     open_statuses = [s for s in expected if s != IssueStatus.IN_PROGRESS]
     facts = tuple(events.CLAIM_FACTS.items())
     sql = _claim_sql(identifier=identifier, companies=len(company_ids), open_statuses=len(open_statuses),
-                     host_run=run_id is not None, check_run=check_run, facts=facts)
+                     host_run=run_id is not None, check_run=check_run, facts=() if record else facts,
+                     unless=tuple(fact for _, fact in facts) if record else ())
     try:
         key = str(ref).upper() if identifier else uid(uuid.UUID(str(ref)), connection)
     except ValueError:
@@ -113,10 +126,14 @@ def _claim(*, ref, company_ids, agent_id, run_id, client_run_id=None, expected, 
               run if run is not None else client, *live, *live, RelationKind.BLOCKS, *TERMINAL_ISSUE_STATUSES]
     if check_run:
         params += [run, agent, RunStatus.RUNNING]
+    if record is not None:
+        record_sql, record_params = rows.insert_select(record, "claimed", _RECORDED_FROM_CLAIM)
+        sql, params = _CLAIM_RECORDED_SQL.format(claim=sql, record=record_sql), params + record_params
     claimed, extras = rows.fetch_one(Issue, sql, params)
     if claimed is None:
         return None
-    claimed.claim_facts = {name: bool(value) for (name, _), value in zip(facts, extras[1:])}
+    claimed.claim_facts = ({name: False for name, _ in facts} if record is not None
+                           else {name: bool(value) for (name, _), value in zip(facts, extras[1:])})
     return _with_labels(claimed, known_empty=not extras[0])
 
 
@@ -250,6 +267,12 @@ def _header_run_id(actor: Actor):
 def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, client_run_id=None, expected,
                       check_run) -> Issue | None:
     now = timezone.now()
+    if check_run and connection.vendor == "postgresql" and not activity_deferred():
+        claimed = _claim_in_one_statement(actor=actor, ref=ref, company_ids=company_ids, run_id=run_id,
+                                          expected=expected, now=now)
+        if claimed is not None:
+            return claimed
+        # Nothing claimed: the issue is not claimable, or a claim fact holds (the claim below decides).
     with transaction.atomic():
         claimed = _claim(ref=ref, company_ids=company_ids, agent_id=agent_id, run_id=run_id,
                          client_run_id=client_run_id, expected=expected, now=now, check_run=check_run)
@@ -264,6 +287,24 @@ def _claim_and_record(*, actor, ref, company_ids, agent_id, run_id, client_run_i
                         details={"agentId": str(agent_id), "runId": str(claim_run)})
         events.announce(events.issue_checked_out, issue=claimed, actor=actor, run_id=claim_run)
         events.issue_checked_out_atomic.send(sender=None, issue=claimed, actor=actor, run_id=claim_run)
+    return claimed
+
+
+def _claim_in_one_statement(*, actor, ref, company_ids, run_id, expected, now) -> Issue | None:
+    """An agent's claim under the run its header names (_CLAIM_RECORDED_SQL): claimed, recorded and
+    committed by one statement. No receiver of issue_checked_out_atomic has work (no fact held), so
+    that signal is not sent; issue_checked_out is, once the statement has committed."""
+    agent = actor.agent
+    run = HeartbeatRun(pk=run_id, agent=agent, company_id=agent.company_id, status=RunStatus.RUNNING)
+    record = activity_row(actor=replace(actor, _run=run), company_id=None, action="issue.checked_out",
+                          entity_type="issue", entity_id="",  # company and entity: the claimed row's
+                          details={"agentId": str(agent.pk), "runId": str(run_id)})
+    claimed = _claim(ref=ref, company_ids=company_ids, agent_id=agent.pk, run_id=run_id, expected=expected,
+                     now=now, check_run=True, record=record)
+    if claimed is None:
+        return None
+    actor.note_host_run(run)  # the statement proved the header names the agent's running run
+    events.announce(events.issue_checked_out, issue=claimed, actor=actor, run_id=run_id)
     return claimed
 
 

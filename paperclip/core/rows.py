@@ -186,6 +186,28 @@ def insert(obj, *, using: str = DEFAULT_DB_ALIAS, skip_conflicts: bool = False):
     return obj
 
 
+@lru_cache(maxsize=None)
+def _insert_select_plan(model, alias: str, source: str, computed: tuple) -> tuple:
+    qn = connections[alias].ops.quote_name
+    expressions = dict(computed)
+    fields = insert_fields(model)
+    select = ", ".join(expressions.get(f.attname, "%s") for f in fields)
+    sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+           f"SELECT {select} FROM {source}")
+    return sql, tuple(f for f in fields if f.attname not in expressions)
+
+
+def insert_select(obj, source: str, computed: dict, *, using: str = DEFAULT_DB_ALIAS) -> tuple[str, list]:
+    """(sql, params) of ``INSERT INTO t (…) SELECT … FROM source``: ``obj``'s row as :func:`insert`
+    would write it, one per row of ``source``, except the columns in ``computed`` (attname -> SQL
+    over ``source``). For a data-modifying CTE that writes a row another statement's result decides
+    (PostgreSQL). Returns nothing; ``obj`` is not marked saved (its key is never read back)."""
+    connection = connections[using]
+    sql, fields = _insert_select_plan(type(obj), using, source, tuple(sorted(computed.items())))
+    obj._prepare_related_fields_for_save(operation_name="insert")
+    return sql, [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+
+
 def insert_many(objs, *, using: str = DEFAULT_DB_ALIAS) -> None:
     """Insert new rows of one model in one statement, as :func:`insert` would one by one, except that
     a value already set on an ``auto_now``/``auto_now_add`` field is kept (rows collected over a
