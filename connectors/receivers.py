@@ -69,7 +69,8 @@ def on_issue_updated(sender, issue, actor=None, changes=None, **kwargs):
 
     def project():  # one linked-issue check and one savepoint for the whole update
         if change:
-            outbound.status_changed(issue=issue, old=change[0], new=change[1], actor=actor)
+            outbound.status_changed(issue=issue, old=change[0], new=change[1], actor=actor,
+                                    previous_agent_id=((changes or {}).get("assignee_agent") or [None])[0])
         if fields:
             outbound.fields_changed(issue=issue, fields=fields, actor=actor)
             # §4.1.4: an edit the field policy keeps from the tracker is a policy entry, never silently dropped

@@ -221,3 +221,19 @@ def test_empty_body_checkout_is_this_agent_with_the_default_statuses(world, comp
     assert error_of(refused)["details"]["expectedStatuses"] == DEFAULT_STATUSES
     # ...and every status of the enum may be named.
     assert me.checkout(done, body={"expectedStatuses": ["done"]}).status_code == 200
+
+
+def test_reassigning_an_in_progress_issue_clears_the_old_agents_client_run_id(company, board_user):
+    """Ref §6 / §5.2: changing the agent assignee clears the checkout, whoever held it: the client
+    run id of a long-lived key too, not only host runs (else the new assignee's run adopts it)."""
+    from issues.actors import Actor
+    from issues.services.issues import issue_update
+
+    old, new = AgentFactory(company=company), AgentFactory(company=company)
+    issue = IssueFactory(company=company, status="in_progress", assignee_agent=old,
+                         checkout_client_run_id=uuid.uuid4())
+    issue, _, _ = issue_update(actor=Actor(user=board_user), issue=issue,
+                               changes={"assignee_agent_id": new.pk, "status": "in_progress"})
+    row = Issue.objects.get(pk=issue.pk)
+    assert row.assignee_agent_id == new.pk and row.status == "in_progress"
+    assert row.checkout_client_run_id is None and row.checkout_run_id is None

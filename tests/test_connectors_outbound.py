@@ -13,7 +13,7 @@ from connectors.models import Conflict, InboundEvent, OutboundEffect, TaskLink
 from connectors.services import outbound
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM, Actor
-from issues.models import Comment
+from issues.models import Comment, Issue
 from issues.services.issues import issue_update
 from issues.services.runs import run_finish
 from issues.services.thread import comment_create
@@ -226,6 +226,29 @@ def test_agent_progress_comments_are_debounced_per_link(
     assert not OutboundEffect.objects.filter(source_id__startswith="comment:").exists()
 
 
+def test_a_full_batch_starts_the_next_comment_and_no_line_is_dropped(
+        linked, github_sandbox, coder, django_capture_on_commit_callbacks):
+    """§10.2: what an agent posts is debounced, never lost: a pending comment carries at most
+    MAX_BATCHED_LINES lines, and the next line waits in the next comment, a window later."""
+    from connectors.services.outbound import MAX_BATCHED_LINES
+
+    number, link = linked
+    run = RunFactory(agent=coder, issue=link.issue)
+    actor = Actor(agent=coder, run_header=str(run.pk))
+    sent = [f"Step {n} done" for n in range(MAX_BATCHED_LINES + 3)]
+    with django_capture_on_commit_callbacks(execute=True):
+        comment_create(actor=actor, issue=link.issue, body="Plan ready")  # posted at once: opens the window
+    assert len(marked(github_sandbox, number)) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        for line in sent:
+            comment_create(actor=actor, issue=link.issue, body=line)
+    batches = list(OutboundEffect.objects.filter(link=link, status=OutboundStatus.PENDING,
+                                                 payload__milestone="progress").order_by("id"))
+    assert [line for b in batches for line in b.payload["lines"]] == sent
+    assert [len(b.payload["lines"]) for b in batches] == [MAX_BATCHED_LINES, 3]
+    assert batches[1].next_attempt_at > batches[0].next_attempt_at  # one comment per window
+
+
 def test_a_failed_run_is_reported_on_the_tracker(linked, github_sandbox, coder, django_capture_on_commit_callbacks):
     number, link = linked
     run = RunFactory(agent=coder, issue=link.issue, status="running")
@@ -284,6 +307,34 @@ def test_checkout_is_projected_as_a_claim_comment_and_the_active_state(
         issue_release(actor=Actor(agent=coder, run_header=str(run.pk)), issue=issue)
     bodies = [c["body"] for c in marked(github_sandbox, number)]
     assert len(bodies) == 2 and "coder released this task" in bodies[1]
+    # the same run claims it again: a new claim, projected again (not deduped as the first one)
+    with django_capture_on_commit_callbacks(execute=True):
+        issue_checkout(actor=Actor(agent=coder, run_header=str(run.pk)), agent_id=coder.pk,
+                       expected_statuses=["todo"], issue=Issue.objects.get(pk=issue.pk))
+    bodies = [c["body"] for c in marked(github_sandbox, number)]
+    assert len(bodies) == 3 and "coder picked this up" in bodies[2]
+
+
+def test_a_board_reassignment_names_the_agent_whose_claim_ended_not_the_new_one(
+        linked, github_sandbox, coder, company, django_capture_on_commit_callbacks):
+    """§10.4: the message is attributed to who acted; reassigning an in_progress issue ends the old
+    agent's claim (the issue goes back to todo), and the new assignee released nothing."""
+    from issues.services.checkout import issue_checkout
+    from tests.factories import AgentFactory, MembershipFactory
+
+    number, link = linked
+    issue = update(django_capture_on_commit_callbacks, link.issue, status="todo")
+    run = RunFactory(agent=coder, issue=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        issue_checkout(actor=Actor(agent=coder, run_header=str(run.pk)), agent_id=coder.pk,
+                       expected_statuses=["todo"], issue=issue)
+    newcomer = AgentFactory(company=company, name="newcomer")
+    board = Actor(user=MembershipFactory(company=company, role="owner").user)
+    with django_capture_on_commit_callbacks(execute=True):
+        issue_update(actor=board, issue=Issue.objects.get(pk=issue.pk), changes={"assignee_agent_id": newcomer.pk})
+    assert Issue.objects.get(pk=issue.pk).status == "todo"
+    last = marked(github_sandbox, number)[-1]["body"]
+    assert "coder no longer works on this task" in last and "newcomer" not in last
 
 
 def test_conflict_round_trip_keep_paperclip_writes_the_tracker_once_and_is_not_redetected(

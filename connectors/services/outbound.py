@@ -29,6 +29,7 @@ from connectors.models import ConnectorInstance, OutboundEffect, TaskLink, defau
 from connectors.providers.base import ExternalState, ExternalTask, ExternalTaskRef, TaskSourceAdapter
 from issues.actors import SYSTEM
 from issues.choices import IssueStatus
+from issues.models import Agent
 from issues.services.activity import activity_record
 
 from . import content, logctx
@@ -41,6 +42,7 @@ WRITE_SYNC_MODES = ("bidirectional", "export_only")
 MILESTONE_DEBOUNCE = timedelta(minutes=5)  # §10.2: per link, except claim/done/review
 # "pr": an opened pull request is the review request of the Symphony handoff (§10.3), so it is not held;
 # "transcript": one comment per run (services/transcripts.py), never batched with another run's.
+MAX_BATCHED_LINES = 10  # lines one debounced comment carries; more start another comment
 UNDEBOUNCED_MILESTONES = ("claim", "done", "review", "failure", "state", "pr", "release", "transcript")
 RECENT_OUTBOUND = timedelta(days=7)  # echo suppression window for outbound keys
 MARKER = "<!-- paperclip:effect:{id} -->"
@@ -157,13 +159,15 @@ def effect_record(*, link: TaskLink, kind: str, source_id: str, payload: dict,
         row = TaskLink.objects.only("pk", "last_milestone_at").get(pk=link.pk)
         pending = (OutboundEffect.objects.select_for_update().filter(
             link=link, kind=OutboundKind.COMMENT, status=OutboundStatus.PENDING, payload__milestone=milestone,
-            attempts=0, last_attempt_at__isnull=True).order_by("id").first())
-        if pending is not None:
+            attempts=0, last_attempt_at__isnull=True).order_by("-id").first())  # the latest batch
+        lines = [*pending.payload.get("lines", []), *payload.get("lines", [])] if pending is not None else []
+        if pending is not None and len(lines) <= MAX_BATCHED_LINES:
             # batch into the comment already waiting for its window (one comment per 5 minutes)
-            pending.payload = {**pending.payload, "lines": [*pending.payload.get("lines", []),
-                                                             *payload.get("lines", [])][-10:]}
+            pending.payload = {**pending.payload, "lines": lines}
             pending.save(update_fields=["payload"])
             return pending
+        # A full batch takes no more lines: this one starts the next comment (mirrored comments and
+        # links are never dropped, §10.2), due with the window.
         if row.last_milestone_at and row.last_milestone_at + MILESTONE_DEBOUNCE > now:
             due = row.last_milestone_at + MILESTONE_DEBOUNCE
         TaskLink.objects.filter(pk=link.pk).update(last_milestone_at=due)
@@ -194,8 +198,13 @@ def _agent_name(issue) -> str | None:
     return agent.name if agent else None
 
 
-def status_changed(*, issue, old: str, new: str, actor=None):
-    """§10.3 status projection for every linked, write-enabled link of the issue."""
+def _agent_name_of(agent_id) -> str | None:
+    return Agent.objects.filter(pk=agent_id).values_list("name", flat=True).first()
+
+
+def status_changed(*, issue, old: str, new: str, actor=None, previous_agent_id=None):
+    """§10.3 status projection for every linked, write-enabled link of the issue. ``previous_agent_id``:
+    the agent assignee the same change replaced (a reassignment), named when the claim it held ends."""
     stamp = (issue.updated_at or timezone.now()).isoformat()
     for link in _links_of(issue.pk):
         if write_refusal(link, OutboundKind.COMMENT) and write_refusal(link, OutboundKind.STATE):
@@ -203,10 +212,16 @@ def status_changed(*, issue, old: str, new: str, actor=None):
         name = _agent_name(issue)
         if old == IssueStatus.IN_PROGRESS and new == IssueStatus.TODO:
             # §10.3 release state: the claim ended without a result; the task waits for the next pick-up.
-            # A release clears the assignee (upstream), so the releasing agent names itself.
-            name = getattr(getattr(actor, "agent", None), "name", None) or name
-            _comment(link, f"release:{stamp}", "release", f"{name or 'The agent'} released this task; it is "
-                     f"back in the queue in Paperclip.", name, "postProgressComments")
+            # A release clears the assignee (upstream), so the releasing agent names itself; when a board
+            # user ended the claim (a release, a reassignment), the message names the agent that held it,
+            # never the new assignee (§10.4 attribution).
+            releaser = getattr(getattr(actor, "agent", None), "name", None)
+            if releaser:
+                text = f"{releaser} released this task; it is back in the queue in Paperclip."
+            else:
+                holder = _agent_name_of(previous_agent_id) if previous_agent_id else name
+                text = f"{holder or 'The agent'} no longer works on this task; it is back in the queue in Paperclip."
+            _comment(link, f"release:{stamp}", "release", text, releaser or None, "postProgressComments")
             continue
         category = STATUS_CATEGORY.get(new)
         if category is None:
@@ -271,9 +286,12 @@ def _state_effect(link, source, target: str, category: str, status: str, *, fall
 
 def claimed(*, issue, run_id):
     """Checkout is the claim (§9.2); projected as a status comment (§10.3 claim/run state)."""
+    # One effect per claim, not per run: a run may claim again after a release (§4.3 keys effects by
+    # their source; the claim's stamp tells the claims apart, a retried delivery of one keeps its key).
+    claim = f"claim:{run_id}:{issue.execution_locked_at.isoformat() if issue.execution_locked_at else ''}"
     for link in _links_of(issue.pk):
         name = _agent_name(issue)
-        _comment(link, f"claim:{run_id}", "claim", f"{name or 'An agent'} picked this up (run {str(run_id)[:8]}).",
+        _comment(link, claim, "claim", f"{name or 'An agent'} picked this up (run {str(run_id)[:8]}).",
                  name, "postProgressComments")
     if issue.status == IssueStatus.IN_PROGRESS:
         status_changed(issue=issue, old="", new=IssueStatus.IN_PROGRESS)  # checkout moved it to in_progress

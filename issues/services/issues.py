@@ -405,8 +405,9 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
                                     code="use_checkout", details={"status": ["Use POST /checkout."]})
             _status_timestamps(issue, new_status, now)
             set_field("status", new_status)
-        elif reassigned:
-            issue.checkout_run = issue.execution_run = issue.execution_locked_at = None
+        elif reassigned:  # the new owner starts without the old one's lock, host run or client run id (ref §6)
+            for name, value in LOCK_FIELDS.items():
+                setattr(issue, name, value)
         if issue.status == IssueStatus.IN_PROGRESS and issue.assignee_agent_id is None and issue.assignee_user_id is None:
             raise Unprocessable("in_progress issues require an assignee", code="assignee_required",
                                 details={"assigneeAgentId": ["Required while the issue is in progress."]})
