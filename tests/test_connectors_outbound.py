@@ -287,16 +287,24 @@ def test_the_link_outbox_is_listed_for_board_users(linked, company, django_captu
     assert all(r["linkId"] == str(link.pk) for r in rows)
 
 
+def claimed_by(agent, link, capture):
+    """The linked issue, made todo and checked out by ``agent`` under a running run: (issue, run)."""
+    from issues.services.checkout import issue_checkout
+
+    issue = update(capture, link.issue, status="todo")
+    run = RunFactory(agent=agent, issue=None)
+    with capture(execute=True):
+        issue_checkout(actor=Actor(agent=agent, run_header=str(run.pk)), agent_id=agent.pk,
+                       expected_statuses=["todo"], issue=issue)
+    return issue, run
+
+
 def test_checkout_is_projected_as_a_claim_comment_and_the_active_state(
         linked, github_sandbox, coder, django_capture_on_commit_callbacks):
     from issues.services.checkout import issue_checkout
 
     number, link = linked
-    issue = update(django_capture_on_commit_callbacks, link.issue, status="todo")
-    run = RunFactory(agent=coder, issue=None)
-    with django_capture_on_commit_callbacks(execute=True):
-        issue_checkout(actor=Actor(agent=coder, run_header=str(run.pk)), agent_id=coder.pk,
-                       expected_statuses=["todo"], issue=issue)
+    issue, run = claimed_by(coder, link, django_capture_on_commit_callbacks)
     bodies = [c["body"] for c in marked(github_sandbox, number)]
     assert len(bodies) == 1 and "coder picked this up" in bodies[0] and "coder via Paperclip" in bodies[0]
     assert "in progress" in [lbl["name"] for lbl in github_sandbox.issue(number)["labels"]]
@@ -319,15 +327,10 @@ def test_a_board_reassignment_names_the_agent_whose_claim_ended_not_the_new_one(
         linked, github_sandbox, coder, company, django_capture_on_commit_callbacks):
     """§10.4: the message is attributed to who acted; reassigning an in_progress issue ends the old
     agent's claim (the issue goes back to todo), and the new assignee released nothing."""
-    from issues.services.checkout import issue_checkout
     from tests.factories import AgentFactory, MembershipFactory
 
     number, link = linked
-    issue = update(django_capture_on_commit_callbacks, link.issue, status="todo")
-    run = RunFactory(agent=coder, issue=None)
-    with django_capture_on_commit_callbacks(execute=True):
-        issue_checkout(actor=Actor(agent=coder, run_header=str(run.pk)), agent_id=coder.pk,
-                       expected_statuses=["todo"], issue=issue)
+    issue, _ = claimed_by(coder, link, django_capture_on_commit_callbacks)
     newcomer = AgentFactory(company=company, name="newcomer")
     board = Actor(user=MembershipFactory(company=company, role="owner").user)
     with django_capture_on_commit_callbacks(execute=True):
