@@ -146,7 +146,10 @@ def _referencing_issue(instance: ConnectorInstance, task: ExternalTask) -> Issue
         mentions = "search"
         params += [f"%{connection.ops.prep_for_like_query(task.url)}%", mentioned_addresses.mention_pattern(task.url)]
     params.append(rows.pk_value(ConnectorInstance, instance.pk))
-    return rows.fetch_one(Issue, _reference_sql(mentions), params)[0]
+    # Planned on every run: a burst of imports grows the company faster than its statistics, and a
+    # generic plan settled on early scans every issue (measured: 9 imports/s at 5,000, 0.15 ms planned).
+    with rows.unprepared():
+        return rows.fetch_one(Issue, _reference_sql(mentions), params)[0]
 
 
 def link_create(*, instance: ConnectorInstance, issue: Issue, task: ExternalTask, origin_side: str, key: str,

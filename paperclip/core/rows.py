@@ -14,6 +14,7 @@ better.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from functools import lru_cache
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -89,6 +90,27 @@ def fetch_one(model, sql: str, params, *, using: str = DEFAULT_DB_ALIAS):
         return None, ()
     n = width(model)
     return load(model, row[:n], using=using), tuple(row[n:])
+
+
+@contextmanager
+def unprepared(*, using: str = DEFAULT_DB_ALIAS):
+    """Statements run inside are planned afresh on every run: psycopg does not prepare them
+    server-side (``DATABASE_PREPARE_THRESHOLD``). For a statement whose best plan depends on how big
+    the rows it probes have grown: a prepared statement settles on a generic plan made once, and
+    one made while a company had a handful of issues stays a scan of all of them as it grows. A
+    no-op elsewhere (SQLite, client-side binding)."""
+    connection = connections[using]
+    connection.ensure_connection()
+    raw = connection.connection
+    threshold = getattr(raw, "prepare_threshold", None)
+    if connection.vendor != "postgresql" or threshold is None:
+        yield
+        return
+    raw.prepare_threshold = None
+    try:
+        yield
+    finally:
+        raw.prepare_threshold = threshold
 
 
 def fetch_row(sql: str, params, *, using: str = DEFAULT_DB_ALIAS):
