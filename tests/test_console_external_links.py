@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from connectors import sandbox as sandbox_pkg
@@ -31,10 +30,8 @@ FIXTURES = Path(sandbox_pkg.__file__).resolve().parent / "fixtures"  # ../shared
 
 
 @pytest.fixture
-def console(board_user):
-    client = Client()
-    client.force_login(board_user)
-    return client
+def console(board_client):
+    return board_client  # a board user's session: console pages, as the API
 
 
 def hrefs(response) -> list[str]:

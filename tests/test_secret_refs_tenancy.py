@@ -54,10 +54,6 @@ def beta(multi_tenant):
     return company
 
 
-def _leaked(listener) -> bool:  # noqa: F811
-    return any(BETA_TOKEN in repr(request) for request in listener.requests)
-
-
 # --- connectors ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("field", ["credentials", "webhookSecret"])
 def test_another_companys_env_secret_is_refused_when_written(admin_http, listener, beta, field):  # noqa: F811
@@ -97,7 +93,7 @@ def test_a_row_naming_another_companys_variable_is_refused_when_used(admin_http,
     assert SyncError.objects.filter(instance_id=instance_id, message__contains="PAPERCLIP_SECRET_BETA_GITHUB").exists()
     health = admin_http.get(f"/connectors/{instance_id}/health").json()
     assert any("PAPERCLIP_SECRET_BETA_GITHUB" in e["message"] for e in health["errors"]), health
-    assert listener.requests == [] and not _leaked(listener)
+    assert listener.requests == []  # nothing reached the URL company A configured
 
 
 def test_the_answer_is_the_same_for_an_unset_and_a_refused_variable(admin_http, beta, monkeypatch):  # noqa: F811

@@ -2,7 +2,6 @@
 guard on a PATCH into in_progress (ref §6: "entering in_progress (PATCH or checkout) with
 unresolved blockers → 422"). The project's machine codes stay beside upstream's messages."""
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from issues.actors import Actor
@@ -166,12 +165,10 @@ def test_service_callers_get_the_guard_too(board_user, company):
     assert Issue.objects.get(pk=issue.pk).status == "todo"
 
 
-def test_console_status_change_into_in_progress_is_refused_with_the_message(board_user, company):
+def test_console_status_change_into_in_progress_is_refused_with_the_message(board_client, company):
     issue = IssueFactory(company=company, assignee_agent=AgentFactory(company=company))
     blocked_by(issue, IssueFactory(company=company))
-    client = Client()
-    client.force_login(board_user)
-    response = client.post(reverse("console:issue-change", args=[issue.identifier]), {"status": "in_progress"},
+    response = board_client.post(reverse("console:issue-change", args=[issue.identifier]), {"status": "in_progress"},
                            follow=True)
     assert response.status_code == 200
     assert "Issue is blocked by unresolved blockers" in response.content.decode()

@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 
 from connectors.choices import ErrorCategory, LinkStatus
 from connectors.models import ConnectorInstance, SyncError, TaskLink
+from issues.services.host_commands import hooks_set
 from issues.workflow.cache import load_cached
 from issues.workflow.document import ENV  # noqa: F401 (the one strict environment task_packet renders with)
 from issues.workflow.document import SOURCE_LABELS as DOCUMENT_LABELS
 from issues.workflow.document import digest, repository_workflow
 from issues.workflow.effective import record_invalid_activity
 from issues.workflow.errors import PolicyInvalid
-from issues.workflow.settings import HOOK_NAMES, validate_front_matter
+from issues.workflow.settings import validate_front_matter
 
 from .common import sync_error_record
 
@@ -153,7 +154,7 @@ def workflow_defaults_hook_errors(config: dict | None) -> dict:
         return {}
     return {f"config.{DEFAULTS_KEY}.hooks.{name}": ["Hooks are commands on this server: a staff user sets them "
                                                     "in the project's workflow document, not here."]
-            for name in HOOK_NAMES if hooks.get(name) not in (None, "", [])}
+            for name in hooks_set(hooks)}
 
 
 def instance_workflow_defaults(instance: ConnectorInstance) -> dict | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from datetime import datetime
 
 from django.utils import timezone
 from rest_framework import fields, serializers
@@ -20,6 +21,7 @@ from rest_framework.settings import api_settings
 
 _local = threading.local()
 _DATETIME = object()  # the plan's marker for an ISO 8601 DateTimeField
+_MISSING = object()
 
 
 def represent(serializer_class, instance) -> dict:
@@ -34,19 +36,17 @@ def represent(serializer_class, instance) -> dict:
     out, zone = {}, None
     for name, attr, convert, field in plan:
         if convert is not None:
-            try:
-                value = getattr(instance, attr)
-            except AttributeError:
-                value = convert = None  # DRF decides: a default, a skip, or its error
-            if value is None and convert is not None:
+            value = getattr(instance, attr, _MISSING)  # missing: DRF decides (a default, a skip, its error)
+            if value is None:
                 out[name] = None
                 continue
-            if convert is _DATETIME and not isinstance(value, str) and timezone.is_aware(value):
-                zone = zone or timezone.get_current_timezone()
-                text = value.astimezone(zone).isoformat()
-                out[name] = text[:-6] + "Z" if text.endswith("+00:00") else text
-                continue
-            if convert is not None and convert is not _DATETIME and not callable(value):
+            if convert is _DATETIME:
+                if isinstance(value, datetime) and timezone.is_aware(value):  # naive and text: DRF's rules
+                    zone = zone or timezone.get_current_timezone()
+                    text = value.astimezone(zone).isoformat()
+                    out[name] = text[:-6] + "Z" if text.endswith("+00:00") else text
+                    continue
+            elif value is not _MISSING and not callable(value):
                 out[name] = convert(value)
                 continue
         try:  # as Serializer.to_representation does for one field

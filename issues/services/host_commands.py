@@ -52,6 +52,11 @@ def document_hooks(text: str | None) -> dict:
         return {}
     if not isinstance(hooks, dict):  # an invalid version, but never let a shape slip past the comparison
         return {"hooks": hooks}
+    return hooks_set(hooks)
+
+
+def hooks_set(hooks: dict) -> dict:
+    """The hooks of a ``hooks:`` mapping that name a command (name -> command)."""
     return {name: hooks[name] for name in HOOK_NAMES if hooks.get(name) not in (None, "", [])}
 
 
