@@ -71,8 +71,13 @@ def _status_timestamps(issue: Issue, new_status: str, now):
     else:
         issue.completed_at = issue.cancelled_at = None
     if new_status != IssueStatus.IN_PROGRESS:
-        for name, value in LOCK_FIELDS.items():
-            setattr(issue, name, value)
+        _clear_lock(issue)
+
+
+def _clear_lock(issue: Issue):
+    """No checkout: host runs, lock time and a client's own run id."""
+    for name, value in LOCK_FIELDS.items():
+        setattr(issue, name, value)
 
 
 def _next_issue_number(company_id) -> int:
@@ -406,8 +411,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             _status_timestamps(issue, new_status, now)
             set_field("status", new_status)
         elif reassigned:  # the new owner starts without the old one's lock, host run or client run id (ref §6)
-            for name, value in LOCK_FIELDS.items():
-                setattr(issue, name, value)
+            _clear_lock(issue)
         if issue.status == IssueStatus.IN_PROGRESS and issue.assignee_agent_id is None and issue.assignee_user_id is None:
             raise Unprocessable("in_progress issues require an assignee", code="assignee_required",
                                 details={"assigneeAgentId": ["Required while the issue is in progress."]})
