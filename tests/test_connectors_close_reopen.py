@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from connectors.models import Conflict, ConnectorInstance, TaskLink
+from connectors.models import Conflict, ConnectorInstance, OutboundEffect, TaskLink
 from issues.actors import SYSTEM
 from issues.models import ActivityLog, Comment, Issue, WakeupRequest
 from issues.services.approvals import approval_create
@@ -251,3 +251,22 @@ def test_console_forms_set_the_connector_and_link_policies(company, coder, djang
     assert owner.post(f"/connectors/link-close-policy/{link.pk}/", {"close_policy": "conflict"}).status_code == 302
     assert TaskLink.objects.get(pk=link.pk).close_policy == "conflict"
     assert audits("connector.link_updated", link) == 1
+
+
+@pytest.mark.parametrize("field_policy", [{"state": "paperclip"}, {}], ids=["closure-paperclip", "closure-external"])
+def test_a_close_from_the_tracker_is_not_echoed_back_to_it(tracker, company, coder, monkeypatch, field_policy):
+    """The tracker closed the task: the issue follows, and the tracker gets neither a transition to the
+    state it is in nor a "marked done in Paperclip" comment attributed to the assignee."""
+    connect(tracker, company, monkeypatch, close_policy="auto_close", rules=route_to(coder),
+            default_sync_mode="bidirectional", field_policy=field_policy)
+    handle = tracker.open("Crash on start")
+    tracker.forward()
+    link = tracker.link(handle)
+    before = set(OutboundEffect.objects.filter(link=link).values_list("pk", flat=True))
+    tracker.close(handle, actor="carol")
+    tracker.forward()
+    assert Issue.objects.get(pk=link.issue_id).status == "done"
+    assert list(OutboundEffect.objects.filter(link=link).exclude(pk__in=before).values_list("source_id")) == []
+    issue = Issue.objects.get(pk=link.issue_id)
+    issue_update(actor=SYSTEM, issue=issue, changes={"status": "backlog"})  # reopened in Paperclip: projected
+    assert OutboundEffect.objects.filter(link=link, source_id__startswith="status:backlog:").exists()

@@ -201,14 +201,21 @@ def link_apply_task(*, instance, link: TaskLink, task: ExternalTask, key: str, a
             TERMINAL_ISSUE_STATUSES:
         _reroute(instance, link, issue, task, key, changes, notes)
 
+    previous_name = link.external_state_name
     if changes:
+        if category_changed and "status" in changes:
+            # The status change is projected to every link of the issue (outbound.status_changed), which
+            # reads each link's tracker state: this one's is the tracker's own already, so the change
+            # that came from it is not echoed back to it as a transition or a "marked done" comment.
+            link.external_state_name, link.external_state_category = task.state.name[:200], task.state.category
+            rows.update_fields(link, ["external_state_name", "external_state_category"])
         issue, _, _ = issue_update(actor=SYSTEM, issue=issue, changes=changes,
                                    assignment_wake=run_modes.connector_may_wake(link),
                                    _locked=issue.pk == issue_before)  # (read and locked with the link)
         link.issue = issue
     for body in notes:
         links.note(issue, body, link=link, key=key, kind="state")
-    _state_mapping_check(instance, link, task, previous_name=link.external_state_name)
+    _state_mapping_check(instance, link, task, previous_name=previous_name)
 
     link.external_title = task.title[:500]
     link.external_key = task.external_key or link.external_key

@@ -224,13 +224,13 @@ def status_changed(*, issue, old: str, new: str, actor=None, previous_agent_id=N
             _comment(link, f"release:{stamp}", "release", text, releaser or None, "postProgressComments")
             continue
         category = STATUS_CATEGORY.get(new)
-        if category is None:
-            continue
+        if category is None or link.external_state_category == category:
+            continue  # the task is there already (the change may have come from this tracker: no echo)
         source = f"status:{new}:{stamp}"
         state_ok = not write_refusal(link, OutboundKind.STATE, toggle="projectStatus", field="state")
         if category == StateCategory.TERMINAL:
             target = projection_target(link, StateCategory.TERMINAL) if closure_allowed(link) else None
-            if target is not None and state_ok and link.external_state_category != StateCategory.TERMINAL:
+            if target is not None and state_ok:
                 closed = f"Work is {new} in Paperclip. Closing the task is left to you here."
                 _state_effect(link, source, target, category, new, fallback=closed, agent=name)
                 where = f"'{target}'" if target else "its closed state"
@@ -244,17 +244,14 @@ def status_changed(*, issue, old: str, new: str, actor=None, previous_agent_id=N
         if category == StateCategory.REVIEW:
             target = projection_target(link, StateCategory.REVIEW)
             if target and state_ok:
-                if link.external_state_category != StateCategory.REVIEW:
-                    _state_effect(link, source, target, category, new)
+                _state_effect(link, source, target, category, new)
                 _comment(link, f"review:{stamp}", "review", "Ready for review.", name, "postProgressComments")
             elif toggle_on(link, "projectStatus"):
-                if target == "" and state_ok and link.external_state_category != StateCategory.REVIEW:
+                if target == "" and state_ok:
                     _state_effect(link, source, target, category, new)  # a review state, if the workflow has one
                 _comment(link, f"review:{stamp}", "review", "Review requested: the work is ready for review.",
                          name, "projectStatus")
             continue
-        if link.external_state_category == category:
-            continue  # already there (e.g. the change came from the tracker)
         target = projection_target(link, category)
         status_text = f"Status in Paperclip is now '{new}'."
         if target is not None and state_ok:
