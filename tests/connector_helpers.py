@@ -1,5 +1,6 @@
 """Shared helpers for the connector test modules: webhook posting with on-commit execution, and what a
-round trip does on Paperclip's side (an issue change, an agent's comment, the imported tracker comments).
+round trip does on Paperclip's side (an issue change, an agent's comment or opened pull request, the
+imported tracker comments).
 ``tracker`` is any harness with a ``capture`` (django_capture_on_commit_callbacks)."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from issues.actors import SYSTEM, Actor
 from issues.models import Comment
 from issues.services.issues import issue_update
 from issues.services.thread import comment_create
+from issues.services.work_products import work_product_create
 from tests.connector_fakes import sign
 from tests.factories import RunFactory
 
@@ -54,6 +56,18 @@ def agent_says(tracker, agent, issue, body):
     run = RunFactory(agent=agent, issue=issue)
     with tracker.capture(execute=True):
         return comment_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=issue, body=body)
+
+
+PR_URL = "https://github.com/octo-org/octo-repo/pull/12"
+
+
+def agent_opens_pr(tracker, agent, issue, title="Fix the config loader", url=PR_URL):
+    """The "PR opened" milestone (§10.2, posted to the tracker at once): ``agent`` records a pull request
+    during a run of its own, with what it queues on commit run."""
+    run = RunFactory(agent=agent, issue=issue)
+    with tracker.capture(execute=True):
+        return work_product_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=issue,
+                                   kind="pull_request", title=title, url=url)
 
 
 def external_comments(issue):

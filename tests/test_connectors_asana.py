@@ -27,10 +27,12 @@ from connectors.services.conflicts import conflict_resolve
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM, Actor
 from issues.models import Issue, WakeupRequest
-from issues.services.thread import comment_create
+from issues.services.work_products import work_product_create
 from tests.asana_sandbox import SANDBOX_PROJECT, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET, make_sandbox
 from tests.factories import AgentFactory, MembershipFactory, RunFactory
 from tests.connector_helpers import external_comments, update
+
+PR_URL = "https://github.com/octo-org/octo-repo/pull/7"
 
 MAPPING = {"completed": "terminal",
            "sections": {"To do": "backlog", "In Progress": "active", "Review": "review", "Done": "terminal"}}
@@ -289,15 +291,15 @@ def test_comments_in_and_out_with_echo_suppression(tracker, agents):
     tracker.forward()
     [imported] = external_comments(link.issue)
     assert "Happens on every start" in imported.body and imported.provenance["externalCommentId"] == story["gid"]
-    # out: an agent's progress comment, posted by the service account with the effect marker
+    # out: a milestone (the agent opened a PR), posted by the service account with the effect marker
     run = RunFactory(agent=agents["coder"], issue=link.issue)
     with tracker.capture(execute=True):
-        comment_create(actor=Actor(agent=agents["coder"], run_header=str(run.pk)), issue=link.issue,
-                       body="Plan ready: fix the config loader.")
-    effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT, source_id__startswith="progress:")
+        work_product_create(actor=Actor(agent=agents["coder"], run_header=str(run.pk)), issue=link.issue,
+                            kind="pull_request", title="Fix the config loader", url=PR_URL)
+    effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT, source_id__startswith="artifact:")
     assert effect.status == OutboundStatus.DONE
     [posted] = [c for c in tracker.sandbox.comments_of(gid) if f"paperclip:effect:{effect.pk}" in c["text"]]
-    assert posted["created_by"]["gid"] == tracker.sandbox.service_user["gid"] and "Plan ready" in posted["text"]
+    assert posted["created_by"]["gid"] == tracker.sandbox.service_user["gid"] and "PR opened" in posted["text"]
     before = set(InboundEvent.objects.values_list("pk", flat=True))
     tracker.forward()
     echoes = InboundEvent.objects.exclude(pk__in=before)
@@ -454,14 +456,14 @@ def test_a_rate_limited_write_waits_for_retry_after_and_the_poll_backs_off(track
     tracker.sandbox.fail_next(1, "rate_limit", retry_after=120)
     run = RunFactory(agent=agents["coder"], issue=link.issue)
     with tracker.capture(execute=True):
-        comment_create(actor=Actor(agent=agents["coder"], run_header=str(run.pk)), issue=link.issue,
-                       body="Plan ready.")
+        work_product_create(actor=Actor(agent=agents["coder"], run_header=str(run.pk)), issue=link.issue,
+                            kind="pull_request", title="Fix the config loader", url=PR_URL)
     effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT)
     assert effect.status == OutboundStatus.PENDING and effect.error_category == "provider_rate_limited"
     assert (effect.next_attempt_at - timezone.now()).total_seconds() > 100  # never sooner than Retry-After
     tracker.instance.refresh_from_db()
     assert tracker.instance.provider_degraded_until > timezone.now()
-    assert not [c for c in tracker.sandbox.comments_of(gid) if "Plan ready" in c["text"]]
+    assert not [c for c in tracker.sandbox.comments_of(gid) if "PR opened" in c["text"]]
     # the poll meets the same limit: a health entry with the category, nothing half-applied
     tracker.sandbox.fail_next(1, "rate_limit", retry_after=30)
     with tracker.capture(execute=True):

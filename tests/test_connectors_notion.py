@@ -272,9 +272,10 @@ def test_a_persons_comment_arrives_and_an_agent_comment_goes_out_once(linked, ag
     [imported] = external_comments(link.issue)
     assert imported.provenance["externalCommentId"] == human["id"]
     assert "Still broken on" in imported.body and imported.provenance["actor"]["displayName"] == "Dave"
-    # out: a progress comment through the outbound engine, attributed and marked; its echo is dropped
+    # out: an agent's comment mirrored through the outbound engine, attributed and marked; its echo is dropped
+    TaskLink.objects.filter(pk=link.pk).update(write_policy={"mirrorAgentComments": True})
     agent_says(board, agents["coder"], link.issue, "Plan ready: fix the config loader.")
-    effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT, source_id__startswith="progress:")
+    effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT, source_id__startswith="comment:")
     assert effect.status == OutboundStatus.DONE
     [posted] = board.marked(page_id)
     assert "Plan ready: fix the config loader." in posted["text"] and "coder via Paperclip" in posted["text"]

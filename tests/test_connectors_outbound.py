@@ -200,51 +200,50 @@ def test_echo_of_our_comment_is_dropped_by_author_key_and_marker(
                         ("dropped", "mirrored comment marker (loop prevention)")]
 
 
-def test_agent_progress_comments_are_debounced_per_link(
+def test_an_agents_comments_stay_in_paperclip_unless_the_thread_is_mirrored(
         linked, github_sandbox, coder, django_capture_on_commit_callbacks):
+    """§10.2: progress comments are milestones (claimed, plan ready, PR opened, review requested,
+    done), not per-heartbeat chatter: an agent's comments reach the tracker only when the link
+    mirrors the whole thread (mirrorAgentComments, off by default)."""
     number, link = linked
     run = RunFactory(agent=coder, issue=link.issue)
     actor = Actor(agent=coder, run_header=str(run.pk))
     with django_capture_on_commit_callbacks(execute=True):
-        comment_create(actor=actor, issue=link.issue, body="Plan ready: fix the config loader.\n\nDetails…")
-    first = marked(github_sandbox, number)
-    assert len(first) == 1 and "Plan ready" in first[0]["body"] and "Details" not in first[0]["body"]
-    with django_capture_on_commit_callbacks(execute=True):
-        comment_create(actor=actor, issue=link.issue, body="PR opened: #12")
+        comment_create(actor=actor, issue=link.issue, body="Looking at the config loader.")
         comment_create(actor=actor, issue=link.issue, body="Tests green")
-    assert len(marked(github_sandbox, number)) == 1  # within 5 minutes: held and batched
-    pending = OutboundEffect.objects.get(link=link, status=OutboundStatus.PENDING, payload__milestone="progress")
-    assert pending.payload["lines"] == ["PR opened: #12", "Tests green"]
-    assert pending.next_attempt_at >= timezone.now() + timedelta(minutes=4)
-    OutboundEffect.objects.filter(pk=pending.pk).update(next_attempt_at=timezone.now())
-    from connectors import tasks
+    assert marked(github_sandbox, number) == []
+    assert not OutboundEffect.objects.filter(link=link, kind=OutboundKind.COMMENT).exists()
 
-    tasks.sweep()
-    bodies = [c["body"] for c in marked(github_sandbox, number)]
-    assert len(bodies) == 2 and "- PR opened: #12\n- Tests green" in bodies[1]
-    # mirrorAgentComments is off by default: the full comment thread never leaves Paperclip
-    assert not OutboundEffect.objects.filter(source_id__startswith="comment:").exists()
+    TaskLink.objects.filter(pk=link.pk).update(write_policy={"mirrorAgentComments": True})
+    with django_capture_on_commit_callbacks(execute=True):
+        comment = comment_create(actor=actor, issue=link.issue, body="Root cause found.\n\nThe loader reads…")
+    [body] = [c["body"] for c in marked(github_sandbox, number)]
+    assert "Root cause found.\n\nThe loader reads…" in body and "coder via Paperclip" in body
+    assert OutboundEffect.objects.filter(link=link, source_id=f"comment:{comment.pk}").count() == 1
 
 
 def test_a_full_batch_starts_the_next_comment_and_no_line_is_dropped(
         linked, github_sandbox, coder, django_capture_on_commit_callbacks):
-    """§10.2: what an agent posts is debounced, never lost: a pending comment carries at most
+    """§10.2: debounced milestones are held, never lost: a pending comment carries at most
     MAX_BATCHED_LINES lines, and the next line waits in the next comment, a window later."""
     from connectors.services.outbound import MAX_BATCHED_LINES
+    from issues.services.work_products import work_product_create
 
     number, link = linked
     run = RunFactory(agent=coder, issue=link.issue)
     actor = Actor(agent=coder, run_header=str(run.pk))
-    sent = [f"Step {n} done" for n in range(MAX_BATCHED_LINES + 3)]
-    with django_capture_on_commit_callbacks(execute=True):
-        comment_create(actor=actor, issue=link.issue, body="Plan ready")  # posted at once: opens the window
+    sent = [f"build {n}" for n in range(MAX_BATCHED_LINES + 3)]
+    with django_capture_on_commit_callbacks(execute=True):  # posted at once: opens the window
+        work_product_create(actor=actor, issue=link.issue, kind="branch", external_id="fix/config-loader")
     assert len(marked(github_sandbox, number)) == 1
     with django_capture_on_commit_callbacks(execute=True):
-        for line in sent:
-            comment_create(actor=actor, issue=link.issue, body=line)
+        for title in sent:
+            work_product_create(actor=actor, issue=link.issue, kind="artifact", title=title,
+                                url=f"https://ci.example.test/{title.replace(' ', '/')}")
     batches = list(OutboundEffect.objects.filter(link=link, status=OutboundStatus.PENDING,
-                                                 payload__milestone="progress").order_by("id"))
-    assert [line for b in batches for line in b.payload["lines"]] == sent
+                                                 payload__milestone="artifact").order_by("id"))
+    assert [line for b in batches for line in b.payload["lines"]] == [
+        f"Artifact: [{title}](https://ci.example.test/{title.replace(' ', '/')})" for title in sent]
     assert [len(b.payload["lines"]) for b in batches] == [MAX_BATCHED_LINES, 3]
     assert batches[1].next_attempt_at > batches[0].next_attempt_at  # one comment per window
 

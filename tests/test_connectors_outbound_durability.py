@@ -31,7 +31,7 @@ from connectors.services import outbound
 from connectors.services.instances import instance_create
 from connectors.services.polling import instance_poll
 from issues.actors import SYSTEM
-from issues.models import ActivityLog
+from issues.models import ActivityLog, Issue
 from issues.services.issues import issue_update
 from tests.factories import AgentFactory, MembershipFactory
 from tests.github_sandbox import DEFAULT_STATE_MAPPING, SANDBOX_REPO, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET, SERVICE_LOGIN
@@ -214,15 +214,17 @@ def test_a_three_hour_outage_delivers_every_pending_write_once_in_order_per_link
 
 def test_a_comment_held_by_the_milestone_window_does_not_hold_the_links_later_writes(github, clock):
     from issues.actors import Actor
-    from issues.services.thread import comment_create
+    from issues.services.work_products import work_product_create
     from tests.factories import RunFactory
 
     link = github.open("Crash on start")
     agent = AgentFactory(company=link.company, name="writer")
+    Issue.objects.filter(pk=link.issue_id).update(assignee_agent=agent)  # its own issue: it records work
     run = RunFactory(agent=agent, issue=link.issue)
-    for body in ("Looking into it.", "Found the cause."):  # the second progress line waits 5 minutes (§10.2)
-        with github.capture(execute=True):
-            comment_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=link.issue, body=body)
+    for kind, name in (("branch", "fix/loader"), ("artifact", "build log")):  # the second link waits 5 minutes
+        with github.capture(execute=True):                                  # (§10.2 milestone debounce)
+            work_product_create(actor=Actor(agent=agent, run_header=str(run.pk)), issue=link.issue, kind=kind,
+                                external_id=name, title=name)
     update(github, link, status="in_progress")
     first, held, state = effects(link)
     assert (first.status, held.status, held.attempts, state.status) == ("done", "pending", 0, "done")

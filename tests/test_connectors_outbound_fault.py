@@ -28,7 +28,7 @@ from connectors.services import outbound
 from issues.actors import SYSTEM, Actor
 from issues.models import ActivityLog, HeartbeatRun
 from issues.services.issues import issue_update
-from issues.services.thread import comment_create
+from issues.services.work_products import work_product_create
 from tests.factories import AgentFactory, RunFactory
 from tests.github_sandbox import SANDBOX_REPO, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET, SERVICE_LOGIN
 from tests.test_celery_topology import database_url, wait_for
@@ -114,8 +114,9 @@ def test_a_worker_killed_during_an_outage_leaves_writes_a_new_worker_finishes_ex
         try:
             sandbox.outage(503)
             run = RunFactory(agent=coder, issue=link.issue)
-            comment_create(actor=Actor(agent=coder, run_header=str(run.pk)), issue=link.issue,
-                           body="Found the cause: the config loader.")  # a progress comment
+            work_product_create(actor=Actor(agent=coder, run_header=str(run.pk)), issue=link.issue,
+                                kind="pull_request", url="https://github.com/octo-org/octo-repo/pull/12",
+                                title="Fix the config loader")  # the "PR opened" milestone comment
             HeartbeatRun.objects.filter(pk=run.pk).update(status="succeeded", finished_at=timezone.now())
             for status in ("in_progress", "in_review", "done"):  # state, state + review comment, done comment
                 issue_update(actor=SYSTEM, issue=TaskLink.objects.get(pk=link.pk).issue, changes={"status": status})

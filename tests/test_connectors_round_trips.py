@@ -29,7 +29,7 @@ from tests.jira_sandbox import SANDBOX_WEBHOOK_SECRET as JIRA_HOOK
 from tests.linear_sandbox import SANDBOX_TEAM, SERVICE_USER
 from tests.linear_sandbox import SANDBOX_TOKEN as LINEAR_TOKEN
 from tests.linear_sandbox import SANDBOX_WEBHOOK_SECRET as LINEAR_HOOK
-from tests.connector_helpers import agent_says, delivery_headers, external_comments, update
+from tests.connector_helpers import agent_opens_pr, agent_says, delivery_headers, external_comments, update
 
 PROVIDERS = ("linear", "jira")
 EFFECT_MARKER = re.compile(r"paperclip:effect:(\d+)")
@@ -238,17 +238,18 @@ def outcomes_since(instance, before: set) -> list[tuple[str, str]]:
                 .values_list("status", "outcome"))
 
 
-# --- 1. a progress comment is posted exactly once ---------------------------------------------------
+# --- 1. a progress (milestone) comment is posted exactly once ---------------------------------------------------
 def test_a_progress_comment_is_posted_once_even_when_the_job_retries(linked, coder):
     tracker, task_id, link = linked
     tracker.fail_next_write()  # the provider answers 502: the write did not happen
-    agent_says(tracker, coder, link.issue, "Plan ready: fix the config loader.\n\nDetails nobody outside needs.")
-    effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT, source_id__startswith="progress:")
+    agent_opens_pr(tracker, coder, link.issue)
+    effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT, source_id__startswith="artifact:")
     assert (effect.status, effect.attempts) == (OutboundStatus.DONE, 2)  # failed once, the retry wrote it
     assert SyncError.objects.filter(link=link, message__contains="Outbound comment").count() == 1
     [posted] = tracker.marked(task_id)
-    # what a tracker user reads: the milestone line with agent attribution and the issue link, no chatter
-    assert "Plan ready: fix the config loader." in posted["text"] and "Details" not in posted["text"]
+    # what a tracker user reads: the milestone line with agent attribution and the issue link
+    # (Jira's ADF keeps the address as a link mark, not as text)
+    assert "PR opened: " in posted["text"] and "Fix the config loader" in posted["text"]
     assert "coder via Paperclip" in posted["text"] and link.issue.identifier in posted["text"]
     assert posted["author"] == tracker.service_id and posted["markers"] == [str(effect.pk)]
     if tracker.key == "jira":
@@ -291,7 +292,7 @@ def test_a_mirrored_agent_comment_keeps_its_formatting_and_hidden_marker(linked,
 # --- 2. the echo of our own comment --------------------------------------------------------------
 def test_the_echo_of_our_comment_never_becomes_a_paperclip_comment(linked, coder):
     tracker, task_id, link = linked
-    agent_says(tracker, coder, link.issue, "PR opened: #12")
+    agent_opens_pr(tracker, coder, link.issue)
     [posted] = tracker.marked(task_id)
     before = set(InboundEvent.objects.values_list("pk", flat=True))
     [echo] = [d for d in tracker.forward() if str(posted["id"]) in d.body.decode()]

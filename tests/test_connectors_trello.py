@@ -17,7 +17,10 @@ from rest_framework.test import APIClient
 from connectors import sandbox as sandbox_pkg
 from connectors.choices import ConflictKind, EventStatus, LinkStatus, OutboundKind, OutboundStatus
 from connectors.models import Conflict, ConnectorInstance, InboundEvent, OutboundEffect, SyncError, TaskLink
+from connectors.providers.base import WebhookUnparseable
+from connectors.providers.trello import webhook as trello_webhook
 from connectors.providers.trello.webhook import sign
+from connectors.selectors import instance_health
 from connectors.services import outbound, polling
 from connectors.services.common import cursor_get, cursor_save
 from connectors.services.conflicts import conflict_resolve
@@ -26,10 +29,9 @@ from connectors.services.webhook_setup import webhooks_register, webhooks_reveri
 from issues.actors import SYSTEM, Actor
 from issues.exceptions import InvalidInput
 from issues.models import Comment, Issue, WakeupRequest
-from issues.services.thread import comment_create
 from tests.factories import AgentFactory, MembershipFactory, RunFactory
 from tests.trello_sandbox import SANDBOX_APP_SECRET, make_trello_sandbox
-from tests.connector_helpers import external_comments, update
+from tests.connector_helpers import PR_URL, agent_opens_pr, external_comments, update
 
 FIXTURES = Path(sandbox_pkg.__file__).resolve().parent / "fixtures" / "trello"  # the real payloads, unchanged
 ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
@@ -198,6 +200,40 @@ def test_forged_missing_wrong_secret_and_wrong_callback_url_signatures_store_not
     assert board.deliver(body).status_code == 202  # signed for the public URL
 
 
+@pytest.mark.parametrize("after_upgrade", ["redelivery", "replay"])
+def test_a_parked_unparsed_delivery_is_finished_once_it_parses(board, company, monkeypatch, after_upgrade):
+    """§13.1.8 for a provider without a delivery id: a delivery that does not parse is parked under its
+    body's hash; once it parses (Trello redelivers it, or an operator replays it after an upgrade) it is
+    stored under its action id and the parked row is finished, pointing at it, never left parked."""
+    body = fixture_body("zulip_changing_cards_list.json")  # the real payload, unchanged
+    with monkeypatch.context() as old_release:
+        def older_parse(adapter, request, body):
+            raise WebhookUnparseable("Trello webhook body has no action this release knows.")
+
+        old_release.setattr(trello_webhook, "parse", older_parse)
+        assert [board.deliver(body).json()["status"] for _ in range(2)] == ["parked", "parked"]
+    parked = InboundEvent.objects.get(instance=board.instance)
+    assert parked.kind == "unparsed" and parked.idempotency_key.startswith("sha256:")
+    assert instance_health(board.instance)["parkedCount"] == 1
+    if after_upgrade == "redelivery":
+        answer = board.deliver(body)
+        assert answer.status_code == 202 and answer.json()["duplicate"] is False
+    else:
+        owner = APIClient()
+        owner.force_login(MembershipFactory(company=company, role="owner").user)
+        with board.capture(execute=True):
+            answer = owner.post(f"/api/connector-events/{parked.pk}/replay", {"idempotencyKey": "r-1"}, format="json")
+        assert answer.status_code == 200 and answer.json()["reparsed"] is True, answer.content
+        again = owner.post(f"/api/connector-events/{parked.pk}/replay", {"idempotencyKey": "r-2"}, format="json")
+        assert again.status_code == 422 and again.json()["code"] == "event_not_parked"
+    event = InboundEvent.objects.get(instance=board.instance, idempotency_key=json.loads(body)["action"]["id"])
+    assert answer.json()["eventId"] == event.pk and event.status == EventStatus.APPLIED, event.outcome
+    parked.refresh_from_db()
+    assert parked.status == EventStatus.DROPPED and parked.outcome.endswith(f"stored as event {event.pk}")
+    assert instance_health(board.instance)["parkedCount"] == 0 and Issue.objects.count() == 1
+    assert board.deliver(body).json()["duplicate"] is True  # and a later redelivery is the same event
+
+
 def test_the_head_callback_check_answers_200_through_the_real_view(board):
     response = board.post(b"", method="head")
     assert response.status_code == 200 and response.content == b""
@@ -233,14 +269,11 @@ def test_import_routes_by_label_and_by_lane(board, agents):
 
 def test_comments_flow_both_ways_and_our_echo_is_dropped(board, agents):
     card_id, link = board.imported()
-    run = RunFactory(agent=agents["coder"], issue=link.issue)
-    with board.capture(execute=True):
-        comment_create(actor=Actor(agent=agents["coder"], run_header=str(run.pk)), issue=link.issue,
-                       body="Plan ready: fix the config loader.\n\nDetails nobody outside needs.")
+    agent_opens_pr(board, agents["coder"], link.issue)  # a milestone comment
     [posted] = board.marked(card_id)
     effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT)
     assert effect.status == OutboundStatus.DONE and effect.external_ref == posted["id"]
-    assert "Plan ready" in posted["data"]["text"] and "Details" not in posted["data"]["text"]
+    assert f"PR opened: [Fix the config loader]({PR_URL})" in posted["data"]["text"]
     assert posted["memberCreator"]["id"] == board.sandbox.service_member["id"]
     before = set(InboundEvent.objects.values_list("pk", flat=True))
     board.forward()  # the commentCard of our own comment comes back

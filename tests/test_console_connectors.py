@@ -585,8 +585,8 @@ def test_demo_sandbox_refuses_to_start_without_its_secrets(db, monkeypatch):
 def test_make_run_demo_walk_end_to_end(tmp_path):
     """What `make run` starts — migrate, seed_demo, the server, the worker and the demo sandbox — as
     real processes on free ports with a throwaway SQLite database (the embedded default): the
-    sandbox's issue is imported, worked by the example agent, and the agent's progress is projected
-    back to the sandbox tracker."""
+    sandbox's issue is imported, worked by the example agent, and its milestones (the claim, review
+    requested) are projected back to the sandbox tracker, its comments are not (§10.2)."""
     import json
     import os
     import secrets
@@ -633,12 +633,14 @@ def test_make_run_demo_walk_end_to_end(tmp_path):
                 labels = [label["name"] for label in sandbox_get("/repos/demo/app/issues/2")["labels"]]
             except OSError:
                 labels = []
-            if any("Example agent" in body for body in bodies) and "in review" in labels:
+            if any("Ready for review" in body for body in bodies) and "in review" in labels:
                 break
             time.sleep(1)
         logs_text = "\n".join(f"--- {n}\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in logs)
         assert any("Tracked in Paperclip" in body for body in bodies), logs_text  # the backlink
-        assert any("Example agent" in body for body in bodies), logs_text  # the agent's work, projected
+        assert any("picked this up" in body for body in bodies), logs_text  # the claim milestone
+        assert any("Ready for review" in body for body in bodies), logs_text  # and the review one
+        assert not any("Example agent:" in body for body in bodies)  # its comment stays in Paperclip
         # checkout -> comment -> in_review, and the review state projected back as the tracker's label
         assert "in review" in labels, (labels, logs_text)
     finally:

@@ -295,20 +295,18 @@ def claimed(*, issue, run_id):
 
 
 def agent_comment(*, comment):
-    """mirrorAgentComments mirrors the whole comment; otherwise postProgressComments posts a concise,
-    debounced progress line. Only agent-authored comments leave Paperclip."""
+    """mirrorAgentComments (off by default) mirrors an agent's whole comment. Otherwise an agent's
+    comments stay in Paperclip: §10.2's progress comments are the milestones (claimed, plan ready,
+    PR opened, review requested, done, a failed run), each posted from the event that is that
+    milestone, never per-heartbeat chatter."""
     if not comment.author_agent_id:
         return
-    issue = comment.issue
-    agent_name = comment.author_agent.name if comment.author_agent_id else None
-    for link in _links_of(issue.pk):
-        if toggle_on(link, "mirrorAgentComments"):
-            _comment(link, f"comment:{comment.pk}", "mirror", comment.body, agent_name, "mirrorAgentComments")
-            continue
-        first = next((line.strip() for line in comment.body.splitlines() if line.strip()), "")
-        if first:
-            summary = first if len(first) <= 280 else first[:277] + "…"
-            _comment(link, f"progress:{comment.pk}", "progress", summary, agent_name, "postProgressComments")
+    links = [link for link in _links_of(comment.issue_id) if toggle_on(link, "mirrorAgentComments")]
+    if not links:
+        return
+    agent_name = comment.author_agent.name
+    for link in links:
+        _comment(link, f"comment:{comment.pk}", "mirror", comment.body, agent_name, "mirrorAgentComments")
 
 
 FAILED_RUN_STATUSES = ("failed", "timed_out", "interrupted")
