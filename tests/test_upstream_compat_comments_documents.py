@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from issues.models import Comment, DocumentRevision, Issue
+from issues.models import Comment, DocumentRevision, Issue, WakeupRequest
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory
 from tests.queries import count_queries
 from tests.test_errors import assert_error
@@ -139,6 +139,11 @@ def test_created_issue_defaults_to_backlog_without_an_assignee_and_todo_with_one
     assert explicit.json()["status"] == "todo"
     child = board_client.post(f"/api/issues/{loose.json()['id']}/children", {"title": "Part"}, format="json")
     assert child.status_code == 201 and child.json()["status"] == "backlog"
+    # the assignee is woken (issue_assigned) unless the issue is created in backlog
+    parked = create(board_client, company, title="Later", assigneeAgentId=str(agent.pk), status="backlog")
+    assert parked.status_code == 201 and parked.json()["status"] == "backlog"
+    woken = set(WakeupRequest.objects.filter(agent=agent, reason="issue_assigned").values_list("issue_id", flat=True))
+    assert {str(pk) for pk in woken} == {assigned.json()["id"]}
 
 
 def test_description_may_be_null_on_create_and_patch(board_client, company):
