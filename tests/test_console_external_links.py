@@ -117,7 +117,7 @@ def test_script_urls_stored_before_the_fix_render_as_text(instance, agents, cons
     assert "the fix" in console.get(reverse("console:issue-detail", args=[link.issue.identifier])).content.decode()
 
 
-def test_console_pages_carry_a_script_self_csp_the_admin_and_api_do_not(console, issue, board_user):
+def test_console_admin_and_api_docs_pages_carry_a_script_self_csp(console, issue, board_user):
     page = console.get(reverse("console:issue-detail", args=[issue.identifier]))
     policy = page["Content-Security-Policy"]
     assert "script-src 'self';" in policy and "object-src 'none'" in policy and "unsafe-eval" not in policy
@@ -130,8 +130,12 @@ def test_console_pages_carry_a_script_self_csp_the_admin_and_api_do_not(console,
     assert partial.status_code == 200 and "Content-Security-Policy" in partial
     board_user.is_staff = board_user.is_superuser = True
     board_user.save()
-    assert "Content-Security-Policy" not in console.get("/admin/")
-    assert "Content-Security-Policy" not in console.get(reverse("api-docs"))
+    assert console.get("/admin/")["Content-Security-Policy"] == policy
+    docs = console.get(reverse("api-docs"))
+    assert "script-src 'self';" in docs["Content-Security-Policy"] and "connect-src 'self'" in docs["Content-Security-Policy"]
+    assert re.findall(r"<script(?![^>]*\bsrc=)", docs.content.decode()) == []  # the start script is a file
+    assert re.findall(r"<script(?![^>]*\bsrc=)", console.get(reverse("api-redoc")).content.decode()) == []
+    assert "Content-Security-Policy" not in console.get(reverse("schema"))  # JSON, not a page
 
 
 # --- the one rule and the filter -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Project middleware: the console's current company, its Content-Security-Policy
+"""Project middleware: the console's current company, the pages' Content-Security-Policy
 (:class:`ConsoleCspMiddleware`), and the API's guard against hostile input (:class:`ApiInputGuardMiddleware`).
 
 For a logged-in user ``request.user_companies`` lists the companies the user belongs to
@@ -43,28 +43,34 @@ class CurrentCompanyMiddleware:
         return self.get_response(request)
 
 
-# The console's pages load only their own scripts (htmx from static files, no inline <script>, no
-# hx-on / js: attributes, which htmx would eval), so an injected script, event handler or script URL
-# that got past escaping and ``web_link`` still does not run. Inline styles stay allowed: htmx adds
-# its indicator <style> and a few templates use style="". Images may come from https (Markdown).
+# Every HTML page loads only its own scripts: the console's (htmx from static files, no inline
+# <script>, no hx-on / js: attributes, which htmx would eval), the admin's (Django's, all files) and
+# the API docs' (Swagger UI and ReDoc from the sidecar's static files, started by a script file, not
+# inline: paperclip.urls). An injected script, event handler or script URL that got past escaping and
+# ``web_link`` still does not run. Inline styles stay allowed: htmx adds its indicator <style>, a few
+# templates and the admin use style="", ReDoc styles itself. Images may come from https (Markdown).
 CONSOLE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: https:; "
                "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
-# Not for the admin and the API docs: their pages carry inline scripts (Swagger UI, ReDoc) we do not own.
-CSP_EXEMPT_PREFIXES = ("/admin/", "/api/")
+# The API docs fetch the schema (and "try it out" requests) from this origin; ReDoc's search runs in a
+# worker it starts from a blob: URL.
+API_DOCS_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                "connect-src 'self'; worker-src 'self' blob:; object-src 'none'; base-uri 'none'; "
+                "form-action 'self'; frame-ancestors 'none'")
+API_DOCS_PREFIXES = ("/api/docs/", "/api/redoc/")
 
 
 class ConsoleCspMiddleware:
-    """``Content-Security-Policy`` on the console's HTML responses."""
+    """``Content-Security-Policy`` on every HTML response (console, admin, API docs)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
         response = self.get_response(request)
-        if (not request.path_info.startswith(CSP_EXEMPT_PREFIXES)
-                and response.get("Content-Type", "").startswith("text/html")
+        if (response.get("Content-Type", "").startswith("text/html")
                 and "Content-Security-Policy" not in response):
-            response["Content-Security-Policy"] = CONSOLE_CSP
+            docs = request.path_info.startswith(API_DOCS_PREFIXES)
+            response["Content-Security-Policy"] = API_DOCS_CSP if docs else CONSOLE_CSP
         return response
 
 
