@@ -200,11 +200,12 @@ def test_forged_missing_wrong_secret_and_wrong_callback_url_signatures_store_not
     assert board.deliver(body).status_code == 202  # signed for the public URL
 
 
-@pytest.mark.parametrize("after_upgrade", ["redelivery", "replay"])
-def test_a_parked_unparsed_delivery_is_finished_once_it_parses(board, company, monkeypatch, after_upgrade):
+@pytest.mark.parametrize("redelivered", [False, True], ids=["replay", "redelivery-then-replay"])
+def test_a_parked_unparsed_delivery_is_finished_by_its_replay(board, company, monkeypatch, redelivered):
     """§13.1.8 for a provider without a delivery id: a delivery that does not parse is parked under its
-    body's hash; once it parses (Trello redelivers it, or an operator replays it after an upgrade) it is
-    stored under its action id and the parked row is finished, pointing at it, never left parked."""
+    body's hash. Parsed after an upgrade it is stored under its action id: by an operator's replay, which
+    finishes the parked row pointing at it, or first by a redelivery (stored beside the parked row), and
+    then the replay finishes the parked row without applying the delivery a second time."""
     body = fixture_body("zulip_changing_cards_list.json")  # the real payload, unchanged
     with monkeypatch.context() as old_release:
         def older_parse(adapter, request, body):
@@ -214,24 +215,23 @@ def test_a_parked_unparsed_delivery_is_finished_once_it_parses(board, company, m
         assert [board.deliver(body).json()["status"] for _ in range(2)] == ["parked", "parked"]
     parked = InboundEvent.objects.get(instance=board.instance)
     assert parked.kind == "unparsed" and parked.idempotency_key.startswith("sha256:")
-    assert instance_health(board.instance)["parkedCount"] == 1
-    if after_upgrade == "redelivery":
-        answer = board.deliver(body)
-        assert answer.status_code == 202 and answer.json()["duplicate"] is False
-    else:
-        owner = APIClient()
-        owner.force_login(MembershipFactory(company=company, role="owner").user)
-        with board.capture(execute=True):
-            answer = owner.post(f"/api/connector-events/{parked.pk}/replay", {"idempotencyKey": "r-1"}, format="json")
-        assert answer.status_code == 200 and answer.json()["reparsed"] is True, answer.content
-        again = owner.post(f"/api/connector-events/{parked.pk}/replay", {"idempotencyKey": "r-2"}, format="json")
-        assert again.status_code == 422 and again.json()["code"] == "event_not_parked"
+    if redelivered:
+        assert board.deliver(body).json()["duplicate"] is False  # stored under its action id, applied
+        assert instance_health(board.instance)["parkedCount"] == 1  # the parked row waits for the replay
+    owner = APIClient()
+    owner.force_login(MembershipFactory(company=company, role="owner").user)
+    with board.capture(execute=True):
+        answer = owner.post(f"/api/connector-events/{parked.pk}/replay", {"idempotencyKey": "r-1"}, format="json")
+    assert answer.status_code == 200 and answer.json()["reparsed"] is True, answer.content
     event = InboundEvent.objects.get(instance=board.instance, idempotency_key=json.loads(body)["action"]["id"])
     assert answer.json()["eventId"] == event.pk and event.status == EventStatus.APPLIED, event.outcome
     parked.refresh_from_db()
     assert parked.status == EventStatus.DROPPED and parked.outcome.endswith(f"stored as event {event.pk}")
-    assert instance_health(board.instance)["parkedCount"] == 0 and Issue.objects.count() == 1
-    assert board.deliver(body).json()["duplicate"] is True  # and a later redelivery is the same event
+    assert instance_health(board.instance)["parkedCount"] == 0
+    assert Issue.objects.count() == 1 and InboundEvent.objects.filter(instance=board.instance).count() == 2
+    again = owner.post(f"/api/connector-events/{parked.pk}/replay", {"idempotencyKey": "r-2"}, format="json")
+    assert again.status_code == 422 and again.json()["code"] == "event_not_parked"
+    assert board.deliver(body).json()["duplicate"] is True  # a later redelivery is the same event
 
 
 def test_the_head_callback_check_answers_200_through_the_real_view(board):

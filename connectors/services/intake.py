@@ -4,8 +4,9 @@
   ``unparsed`` event with a ``schema_drift`` health entry, instead of being refused: :func:`unparsed_replay`
   (the operator's replay) verifies and parses it again with the current code, so after an upgrade it
   applies; a redelivery of it that now parses upgrades the same row. Where each event has an id of its
-  own (Trello, Asana, Notion) the parsed events get rows of their own and the parked row is finished,
-  pointing at the first of them. Bodies nested deeper than
+  own (Trello, Asana, Notion) the parsed events get rows of their own: a redelivery stores them beside
+  the parked row, and the replay finishes the parked row, pointing at the first of them (stored then, or
+  already by the redelivery: applied once either way). Bodies nested deeper than
   ``PAPERCLIP["JSON_MAX_DEPTH"]`` and unsigned deliveries that do not parse are still refused (400).
 - A delivery that names only its task (no container: a Linear comment removal) is accepted only for a task
   already linked on this instance, else refused like a wrong container (401, nothing stored).
@@ -115,9 +116,6 @@ def webhook_intake(*, instance: ConnectorInstance, body: bytes, headers: dict, m
             event, created = _store(instance, verified, headers=_kept_headers(headers), body=body)
     else:  # one event: its single INSERT is its own transaction
         event, created = _store(instance, verified, headers=_kept_headers(headers), body=body)
-    parked_key = _parked_key(adapter, headers, body)
-    if created and parked_key != (verified.event_id or "")[:300]:  # keyed by its events, not as parked
-        _parked_superseded(instance, parked_key, event)
     _note_delivery(instance, signed)
     return IntakeResult(event=event, created=created)
 
@@ -222,8 +220,10 @@ def _reparsed(row: InboundEvent, event: VerifiedEvent) -> InboundEvent:
 def _park_unparsed(instance: ConnectorInstance, adapter: TaskSourceAdapter, request: WebhookRequest,
                    message: str) -> IntakeResult:
     """§13.1.8: keep the verified body raw, parked, with a health entry; once per delivery (the
-    provider's delivery id header when it sends one, else a content hash: :func:`_parked_key`)."""
-    key = _parked_key(adapter, request.headers, request.body)
+    provider's delivery id header when it sends one, else a content hash — the key it would get parsed,
+    except where each event has an id of its own: see unparsed_replay)."""
+    header = adapter.delivery_id_header
+    key = webhook_event_id(request.headers.get(header) if header else None, request.body)[:300]
     message = without_nul(message)[:2000]
     with transaction.atomic():
         try:
@@ -270,27 +270,11 @@ def unparsed_replay(*, event: InboundEvent) -> dict:
                             code="webhook_secret_unavailable", details={"error": [str(exc)[:500]]})
     row, _ = _store(instance, verified, headers=dict(event.raw_headers or {}), body=bytes(event.raw_body or b""),
                     source=event.source)
-    if row.pk != event.pk:  # parsed, it is keyed by its event (Trello, Asana, Notion): stored as that row
-        _parked_superseded(instance, event.idempotency_key, row)
+    if row.pk != event.pk:  # keyed by its events (Trello, Asana, Notion): the parked row is finished
+        event.status, event.applied_at = EventStatus.DROPPED, timezone.now()
+        event.outcome = f"re-parsed with the current code: stored as event {row.pk}"
+        event.save(update_fields=["status", "applied_at", "outcome"])
     return {"eventId": row.pk, "status": row.status, "kind": row.kind, "reparsed": True}
-
-
-def _parked_key(adapter: TaskSourceAdapter, headers: dict, body: bytes) -> str:
-    """The key a delivery is parked under when it does not parse: the provider's delivery id header,
-    else a hash of the body (the key the provider's own parse gives it, except where each event of a
-    delivery has an id of its own: Trello, Asana, Notion)."""
-    header = adapter.delivery_id_header
-    return webhook_event_id(headers.get(header) if header else None, body)[:300]
-
-
-def _parked_superseded(instance: ConnectorInstance, key: str, row: InboundEvent) -> int:
-    """A delivery parked unparsed under its body's hash (its provider sends no delivery id) parsed now,
-    by a replay or a redelivery, into events keyed by their own ids: the parked row is finished and
-    points at the event that took its place (it no longer counts as parked, and is not replayed twice)."""
-    return InboundEvent.objects.filter(
-        instance=instance, idempotency_key=key, kind=EventKindChoice.UNPARSED, status=EventStatus.PARKED,
-    ).exclude(pk=row.pk).update(status=EventStatus.DROPPED, applied_at=timezone.now(),
-                                outcome=f"re-parsed with the current code: stored as event {row.pk}")
 
 
 def _note_delivery(instance: ConnectorInstance, signed: bool):
