@@ -254,17 +254,14 @@ def _cap(text: str, limit: int, what: str) -> str:
     return text[:limit].rstrip() + f"\n\n[{what} truncated at {limit} characters; read the full text through the API]\n"
 
 
-def _related(issue, facts: WakeFacts) -> dict[str, Issue]:
-    """The parent and every linked/blocker/child issue, in one query."""
+def _related(issue, facts: WakeFacts, company_id) -> dict[str, Issue]:
+    """The parent and every linked/blocker/child issue of the run's company, in one query."""
     ids = set(_uuid_strings([*facts.linked_issue_ids, *facts.blocker_issue_ids, *facts.child_issue_ids]))
     if issue is not None and issue.parent_id:
         ids.add(str(issue.parent_id))
     if not ids:
         return {}
-    company_id = issue.company_id if issue is not None else None
-    qs = Issue.objects.filter(pk__in=ids).only("id", "identifier", "title", "status")
-    if company_id is not None:
-        qs = qs.filter(company_id=company_id)
+    qs = Issue.objects.filter(pk__in=ids, company_id=company_id).only("id", "identifier", "title", "status")
     return {str(i.pk): i for i in qs}
 
 
@@ -275,7 +272,7 @@ def _issue_line(pk: str, related: dict) -> str:
 
 def host_packet(run, issue, facts: WakeFacts, comments: list[dict]) -> str:
     """The host's task packet for a run that is not tracker-driven."""
-    related = _related(issue, facts)
+    related = _related(issue, facts, run.company_id)
     run_id = str(run.pk)
     lines = []
     if issue is not None:
@@ -370,6 +367,17 @@ def _write_atomic(path: Path, text: str):
         raise
 
 
+def _ignore_file_create(path: Path):
+    """The folder's ``.gitignore``, created only where nothing is: never through a symlink (the
+    repository's content is the tenant's, and a link could name any file the server may write)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("# written by the Paperclip host for each run\n*\n")
+
+
 def packet_file_write(text: str, *, workspace_path: str | None, run_id) -> tuple[str, bool]:
     """Write the packet; returns (path, temporary). In a workspace it is
     ``<workspace>/.paperclip/task-packet.md`` (kept, rewritten by the next run; the folder ignores
@@ -381,10 +389,8 @@ def packet_file_write(text: str, *, workspace_path: str | None, run_id) -> tuple
             if folder.is_symlink():
                 raise OSError("the packet folder is a symlink")
             folder.mkdir(exist_ok=True)
-            ignore = folder / ".gitignore"
-            if not ignore.exists():
-                ignore.write_text("# written by the Paperclip host for each run\n*\n", encoding="utf-8")
-            path = folder / PACKET_NAME
+            _ignore_file_create(folder / ".gitignore")
+            path = folder / PACKET_NAME  # (replaced, never written through: a symlink there is replaced)
             _write_atomic(path, text)
             return str(path), False
         except OSError:

@@ -310,3 +310,97 @@ def test_git_is_pinned_to_the_checked_address_with_no_proxy_and_no_redirect(
     assert seen and seen[0].startswith("/r.git/info/refs")  # reached through the pinned 127.0.0.2
     assert elsewhere == []  # the redirect was not followed
     assert failed.value.details["stderr"] == "(see the server log)"  # the remote's answer is not repeated
+
+
+# --- a tenant's repository gets nothing of the server's git setup -----------------------------------------
+def test_git_sends_none_of_the_servers_credentials_to_an_https_repository(
+        root, settings, tmp_path, make_project, new_issue, admitted):
+    """The server's git config may hold a credential helper or an extra header (for its own remotes): a
+    company admin's repository URL must get neither, however it asks (a 401 challenge)."""
+    (tmp_path / "gitconfig").write_text(  # the server's global config (tests/test_workspaces._git_isolation)
+        '[credential]\n\thelper = "!f() { echo username=server; echo password=SERVER-TOKEN; }; f"\n'
+        '[http]\n\textraHeader = "X-Server-Secret: SERVER-HEADER"\n')
+    seen = []
+
+    class Challenge(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Challenge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings.PAPERCLIP = {**settings.PAPERCLIP, "WORKSPACE_GIT_TIMEOUT_SECONDS": 20}
+        tenant = make_project(repository=f"http://127.0.0.1:{server.server_address[1]}/private.git")
+        with pytest.raises(WorkspaceGitFailed):
+            admitted(new_issue(project=tenant))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen  # git asked, was challenged, and had nothing of the server's to answer with
+    assert all("authorization" not in h and "x-server-secret" not in h for h in seen), seen
+
+
+def test_a_symlinked_packet_ignore_file_writes_nothing_outside_the_workspace(tmp_path):
+    """A repository's content is the tenant's: a ``.paperclip/.gitignore`` symlink naming a file the
+    server could write (one that does not exist yet) is left alone; the packet is written beside it."""
+    from issues.run_context import packet_file_write
+    from tests.test_workspaces import git, make_repo
+
+    target = tmp_path / "outside" / ".gitconfig"
+    target.parent.mkdir()
+    hostile = make_repo(tmp_path / "hostile")
+    (hostile / ".paperclip").mkdir()
+    os.symlink(target, hostile / ".paperclip" / ".gitignore")
+    git("add", ".paperclip/.gitignore", cwd=hostile)
+    git("commit", "-q", "-m", "a link out", cwd=hostile)
+    checkout = tmp_path / "checkout"
+    git("clone", "-q", str(hostile), str(checkout))
+    path, temporary = packet_file_write("PACKET", workspace_path=str(checkout), run_id="r1")
+    assert not target.exists() and not os.path.lexists(target)
+    assert (path, temporary) == (str(checkout / ".paperclip" / "task-packet.md"), False)
+    assert Path(path).read_text() == "PACKET"
+
+
+def test_companies_sharing_a_repository_url_never_see_each_others_branches(db, root, tmp_path):
+    """One clone per company: company A's base ref or branch template naming company B's branch finds
+    nothing of B's (B's agents' unpushed commits stay B's)."""
+    from django.utils import timezone
+
+    from issues.models import HeartbeatRun
+    from tests.factories import CompanyFactory, IssueFactory, ProjectFactory, RunFactory
+    from tests.test_workspaces import commit_file, git, make_repo
+
+    origin = tmp_path / "origin.git"
+    git("init", "-q", "--bare", "-b", "main", str(origin))
+    seed = make_repo(tmp_path / "seed")
+    git("remote", "add", "origin", str(origin), cwd=seed)
+    git("push", "-q", "origin", "main", cwd=seed)
+    url = origin.as_uri()  # one URL both companies set (the clone is what they could share)
+
+    def admit(issue):
+        run = RunFactory(agent=AgentFactory(company=issue.company), issue=issue, status="running")
+        return service.workspace_admit(issue=issue, run=run)
+
+    def project(company, **fields):
+        return ProjectFactory(company=company, repository=url, workspace_strategy="isolated_workspace",
+                              workspace_hooks={}, hook_timeout_seconds=10, **fields)
+
+    a, b = CompanyFactory(issue_prefix="AA"), CompanyFactory(issue_prefix="BB")
+    theirs = admit(IssueFactory(company=b, project=project(b, base_ref="main"), status="todo"))
+    commit_file(Path(theirs.path), "b-secret.txt", "company B's unpushed work\n")
+    HeartbeatRun.objects.filter(workspace=theirs).update(status="succeeded", finished_at=timezone.now())
+    service.workspace_remove(workspace=theirs)  # B's branch stays in B's clone
+
+    with pytest.raises(WorkspaceConfigError) as missing:  # A names B's branch as its base ref
+        admit(IssueFactory(company=a, project=project(a, base_ref=theirs.branch), status="todo"))
+    assert missing.value.code == "base_ref_missing"
+    colliding = project(a, base_ref="main", branch_template=theirs.branch)  # B's branch name, verbatim
+    mine = admit(IssueFactory(company=a, project=colliding, status="todo"))
+    assert mine.branch == theirs.branch  # the same name, in A's own clone: a fresh branch from main
+    assert not (Path(mine.path) / "b-secret.txt").exists() and (Path(mine.path) / "README.md").exists()

@@ -2,8 +2,11 @@
 
 An http(s) repository is a URL any board user may set, so git reaches it only as the guarded HTTP
 client would (paperclip.core.outbound_http): the address is checked just before git runs and git is
-pinned to it (``http.curloptResolve``), follows no redirect and uses no proxy. Folders, ``file://``
-and ssh repositories are staff-set and run unchanged.
+pinned to it (``http.curloptResolve``), follows no redirect and uses no proxy. It also runs without the
+server's own git configuration (no system or global config: no credential helper, extra header or
+cookie file of the server's reaches the tenant's URL, and no filter such as git-lfs fetches from where
+the repository says), for the fetch and for every command in that repository's clone. Folders,
+``file://`` and ssh repositories are staff-set and run unchanged.
 """
 from __future__ import annotations
 
@@ -28,6 +31,11 @@ DEFAULT_GIT_TIMEOUT = 300
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/\s]+@[^/\s]+:")
 PROXY_ENV = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
              "NO_PROXY", "GIT_PROXY_COMMAND")
+# A tenant's repository: the server's git configuration stays out (environment-given config too), and
+# these reset what a repository-local config could still name.
+ISOLATED_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_LFS_SKIP_SMUDGE": "1"}
+ISOLATED_OPTIONS = ["-c", "credential.helper=", "-c", "http.extraHeader=", "-c", "http.cookieFile=",
+                    "-c", "core.askPass=", "-c", "core.sshCommand="]
 
 
 def git_timeout() -> int:
@@ -57,12 +65,18 @@ def guarded_options(url: str, *, label: str) -> list[str]:
     return options
 
 
-def git(*args: str, cwd=None, check: bool = True, guarded: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Run git; ``guarded`` (from :func:`guarded_options`) for a command that reaches an http(s) remote."""
+def git(*args: str, cwd=None, check: bool = True, guarded: list[str] | None = None,
+        isolated: bool = False) -> subprocess.CompletedProcess:
+    """Run git; ``guarded`` (from :func:`guarded_options`) for a command that reaches an http(s) remote,
+    ``isolated`` for any other command in the clone of one (both run without the server's git config)."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
     if guarded is not None:  # the checked address, never a proxy's
         env = {k: v for k, v in env.items() if k not in PROXY_ENV}
-    cmd = ["git", *(guarded or []), *args]
+    options = list(guarded or [])
+    if guarded is not None or isolated:
+        env = {k: v for k, v in env.items() if not k.startswith("GIT_CONFIG")} | ISOLATED_ENV
+        options += ISOLATED_OPTIONS
+    cmd = ["git", *options, *args]
     try:
         proc = subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=git_timeout(),
                               stdin=subprocess.DEVNULL)

@@ -92,13 +92,15 @@ def _lock_path(root: Path, kind: str, name: str) -> Path:
 
 
 def _repository_dir(project: Project, root: Path, *, require_git: bool) -> Path:
-    """The local folder of the project's repository; a URL is cloned once under ``<root>/.repos``."""
+    """The local folder of the project's repository; a URL is cloned once per company under
+    ``<root>/.repos/<company id>``: companies sharing a URL never see each other's branches and commits
+    (a base ref or branch template naming another company's branch finds nothing)."""
     repository = (project.repository or "").strip()
     if not repository:
         raise WorkspaceConfigError("The project has no repository.", code="workspace_repository_missing",
                                    details={"projectId": str(project.pk)})
     if gitops.is_url(repository):
-        cache = safe_path(root, REPO_CACHE_DIR, workspace_key(repository))
+        cache = safe_path(root, REPO_CACHE_DIR, str(project.company_id), workspace_key(repository))
         with gitops.file_lock(_lock_path(root, "repo", str(cache))):
             if not (cache.is_dir() and gitops.is_work_tree(cache)):
                 if cache.exists():
@@ -494,10 +496,12 @@ def _realize_isolated(*, issue: Issue, project: Project, root: Path) -> _Realize
         _clear_stale_path(path, repo)
         start = _start_point(repo, project.base_ref, (project.repository or "").strip())
         created_branch = not gitops.ref_exists(repo, f"refs/heads/{branch}")
+        tenant = gitops.is_http_url(project.repository or "")  # its checkout runs no filter of the server's
         if created_branch:
-            gitops.git("worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), start, cwd=repo)
+            gitops.git("worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), start, cwd=repo,
+                       isolated=tenant)
         else:  # the issue's branch survived an earlier removal: keep its commits
-            gitops.git("worktree", "add", "--quiet", str(path), branch, cwd=repo)
+            gitops.git("worktree", "add", "--quiet", str(path), branch, cwd=repo, isolated=tenant)
         try:
             with transaction.atomic():
                 workspace = ExecutionWorkspace.objects.create(
