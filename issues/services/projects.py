@@ -108,7 +108,9 @@ def repository_check(actor: Actor, value: str, field: str) -> str:
         raise InvalidInput(details={field: ["Not a usable repository path or URL."]})
     if _inline_credentials(value):
         raise InvalidInput(details={field: ["Credentials in the URL are not allowed (credentials are never "
-                                            "inline); configure them for git on the server."]})
+                                            "inline). An https repository must be public: the server's own git "
+                                            "credentials never apply to it; for a private one, staff set an ssh "
+                                            "URL whose key the server holds."]})
     if value.lower().startswith(("https://", "http://")):
         refusal = None if is_staff(actor) else url_refusal(value)
         if refusal:
