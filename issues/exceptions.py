@@ -41,9 +41,9 @@ class NotCheckoutOwner(Conflict):
 
 
 class NotYourIssue(Forbidden):
+    """Upstream's message; an agent changes unassigned issues, its own, those it created and its reports'."""
     code = "not_your_issue"
-    message = ("Agents change only issues assigned to them, created by them, or assigned to an agent "
-               "below them in the chain of command.")
+    message = "Agent cannot mutate another agent's issue"
 
 
 class StaleRevision(Conflict):

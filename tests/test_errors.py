@@ -533,18 +533,19 @@ def test_work_cannot_be_assigned_to_a_terminated_agent(w):
     gone = AgentFactory(company=w.company, name="retired-bot", status="terminated")
     before = db_snapshot()
     response = send(owner, "PATCH", f"/api/issues/{w.issue.pk}", {"title": "New title", "assigneeAgentId": str(gone.pk)})
-    assert_error(response, 400, fields=["assigneeAgentId"])
+    assert_error(response, 409, "agent_terminated", fields=["assigneeAgentId"])  # upstream's 409
+    assert response.json()["error"] == "Cannot assign work to terminated agents"
     assert "terminated" in response.json()["details"]["assigneeAgentId"][0]
     response = send(owner, "POST", f"/api/companies/{w.company.pk}/issues",
                     {"title": "For the retired", "assigneeAgentId": str(gone.pk)})
-    assert_error(response, 400, fields=["assigneeAgentId"])
+    assert_error(response, 409, "agent_terminated", fields=["assigneeAgentId"])
     assert_unchanged(before)
 
 
 def test_an_assignee_the_caller_already_read_is_checked_like_an_id(company):
     """issue_create(assignee_agent=...) (the connector import passes the agent routing read): another
-    company's agent is a 404 and a terminated one a 400, as for assigneeAgentId, and nothing is written."""
-    from issues.exceptions import InvalidInput, NotFound
+    company's agent is a 404 and a terminated one a 409, as for assigneeAgentId, and nothing is written."""
+    from issues.exceptions import Conflict, NotFound
     from issues.services.issues import issue_create
 
     elsewhere = AgentFactory(name="elsewhere-bot")  # another company
@@ -553,7 +554,7 @@ def test_an_assignee_the_caller_already_read_is_checked_like_an_id(company):
     with pytest.raises(NotFound) as missing:
         issue_create(actor=SYSTEM, company=company, title="Routed", assignee_agent=elsewhere)
     assert "assigneeAgentId" in missing.value.details
-    with pytest.raises(InvalidInput) as terminated:
+    with pytest.raises(Conflict) as terminated:
         issue_create(actor=SYSTEM, company=company, title="Routed", assignee_agent=gone)
     assert "terminated" in terminated.value.details["assigneeAgentId"][0]
     assert_unchanged(before)

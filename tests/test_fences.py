@@ -228,12 +228,16 @@ def test_patching_an_issue_assigned_to_another_agent_is_403_and_the_assignee_suc
     assert (response.json()["title"], response.json()["priority"]) == ("Refined", "high")
 
 
-def test_an_unassigned_issue_someone_else_created_is_not_an_agents_to_change(company, bob):
+def test_an_unassigned_issue_is_any_agents_to_change_another_agents_is_not(company, ada, bob):
+    """Upstream: unassigned work is anyone's (a CEO assigns a board-created issue to a report);
+    another agent's issue is 403 with upstream's message."""
     issue = IssueFactory(company=company)
-    response = bob.patch(f"/api/issues/{issue.pk}", {"assigneeAgentId": str(bob.agent.pk)}, format="json")
-    assert response.status_code == 403 and error(response)["code"] == "not_your_issue"
-    # Claiming it goes through checkout, which is open to any agent for unassigned work.
-    assert checkout(bob, issue.pk)["assigneeAgentId"] == str(bob.agent.pk)
+    response = bob.patch(f"/api/issues/{issue.pk}", {"assigneeAgentId": str(ada.agent.pk)}, format="json")
+    assert response.status_code == 200 and response.json()["assigneeAgentId"] == str(ada.agent.pk)
+    refused = bob.patch(f"/api/issues/{issue.pk}", {"priority": "high"}, format="json")
+    assert refused.status_code == 403 and error(refused)["code"] == "not_your_issue"
+    assert error(refused)["message"] == "Agent cannot mutate another agent's issue"
+    assert error(refused)["details"]["assigneeAgentId"] == str(ada.agent.pk)
 
 
 def test_the_creator_changes_the_issue_it_delegated_while_no_run_holds_it(company, ada, bob):

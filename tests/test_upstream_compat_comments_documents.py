@@ -183,3 +183,32 @@ def test_an_ambiguous_shortname_is_a_409(board_client, company, issue):
     response = board_client.patch(f"/api/issues/{issue.pk}", {"assigneeAgentId": "ada-l"}, format="json")
     assert_error(response, 409, "agent_shortname_ambiguous", fields=["assigneeAgentId"])
     assert response.json()["error"] == "Agent shortname is ambiguous in this company. Use the agent ID."
+
+
+def test_a_comment_body_is_stored_as_sent(board_client, issue):
+    """Markdown keeps its leading indentation (an indented code block) and trailing newline, through
+    POST /comments and PATCH's comment alike."""
+    body = "    indented code\n\n- item\n"
+    posted = board_client.post(f"/api/issues/{issue.pk}/comments", {"body": body}, format="json")
+    assert posted.status_code == 201 and posted.json()["body"] == body
+    patched = board_client.patch(f"/api/issues/{issue.pk}", {"comment": body, "priority": "high"}, format="json")
+    assert patched.status_code == 200 and patched.json()["comment"]["body"] == body
+    assert list(Comment.objects.filter(issue=issue).values_list("body", flat=True)) == [body, body]
+    blank = board_client.post(f"/api/issues/{issue.pk}/comments", {"body": "   "}, format="json")
+    assert_error(blank, 400, fields=["body"])
+
+
+def test_children_take_their_blockers_from_the_create_body(board_client, company, issue):
+    """POST /api/issues/:id/children takes the create fields minus parentId, blockedByIssueIds too."""
+    first = IssueFactory(company=company, title="First part")
+    child = board_client.post(f"/api/issues/{issue.pk}/children",
+                              {"title": "Second part", "blockedByIssueIds": [str(first.pk)]}, format="json")
+    assert child.status_code == 201, child.content
+    shown = board_client.get(f"/api/issues/{child.json()['id']}").json()
+    assert [b["id"] for b in shown["blockedBy"]] == [str(first.pk)]
+    assert Issue.objects.get(pk=child.json()["id"]).parent_id == issue.pk
+    elsewhere = IssueFactory()  # another company's issue is refused, and nothing is created
+    count = Issue.objects.count()
+    refused = board_client.post(f"/api/issues/{issue.pk}/children",
+                                {"title": "Third part", "blockedByIssueIds": [str(elsewhere.pk)]}, format="json")
+    assert refused.status_code == 422 and Issue.objects.count() == count

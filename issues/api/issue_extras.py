@@ -49,7 +49,7 @@ class IssueChildrenView(APIView):
             assignee_agent_id=data.get("assigneeAgentId"), block_parent_until_done=data["blockParentUntilDone"],
             execution_workspace_id=data.get("executionWorkspaceId"), workspace_strategy=data.get("workspaceStrategy"),
             inherit_workspace_from_id=data.get("inheritExecutionWorkspaceFromIssueId"),
-            label_ids=data.get("labelIds"),
+            label_ids=data.get("labelIds"), blocked_by_ids=data.get("blockedByIssueIds"),
         )
         return issue_write_result(issue, adjustment, status.HTTP_201_CREATED)
 

@@ -390,7 +390,7 @@ class IssuePatchSerializer(StrictSerializer):
     blockedByIssueIds = serializers.ListField(
         child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
         help_text="Replaces the issue's blockers; [] clears them. Same company, not itself, no cycles (422).")
-    comment = serializers.CharField(required=False, allow_blank=False)
+    comment = serializers.CharField(required=False, allow_blank=False, trim_whitespace=False)
     reopen = serializers.BooleanField(required=False, default=False,
                                       help_text="With comment: a done or cancelled issue goes back to todo.")
     interrupt = serializers.BooleanField(required=False, default=False,
@@ -409,7 +409,7 @@ class CheckoutSerializer(StrictSerializer):
 
 
 class CommentCreateSerializer(StrictSerializer):
-    body = serializers.CharField()
+    body = serializers.CharField(trim_whitespace=False, help_text="Markdown, stored as sent (indentation kept).")
     reopen = serializers.BooleanField(required=False, default=False,
                                       help_text="A done or cancelled issue goes back to todo; the assignee wakes.")
     interrupt = serializers.BooleanField(required=False, default=False,

@@ -13,10 +13,11 @@ Two rules, checked in this order on a row the caller has locked (``select_for_up
    id passes while no live host run holds the issue (its own client-id lock, or a crashed run's),
    and under one of its host runs passes a client-id lock (:func:`_adoptable`).
 2. **Ownership** (:func:`ensure_issue_owner`): an agent changes an issue (fields, status,
-   assignee, documents, interactions, work products, blockers) only when the issue is assigned
-   to it, was created by it, or is assigned to an agent below it in the chain of command
-   (upstream's manager override). Anything else is 403 ``not_your_issue``. Commenting is not
-   fenced by ownership: any agent of the company may comment (rule 1 still applies).
+   assignee, documents, interactions, work products, blockers) only when no agent is assigned
+   (upstream: unassigned work is anyone's), or the issue is assigned to it, was created by it, or
+   is assigned to an agent below it in the chain of command (upstream's manager override).
+   Another agent's issue is 403 ``not_your_issue`` (upstream's message). Commenting is not fenced
+   by ownership: any agent of the company may comment (rule 1 still applies).
 
 Creating an issue is not a change of an existing one: managers delegate by creating children
 assigned to their reports.
@@ -100,12 +101,13 @@ def manages(agent: Agent, other_agent_id) -> bool:
 
 
 def agent_may_change(agent: Agent, issue: Issue) -> bool:
-    return (issue.assignee_agent_id == agent.pk or issue.created_by_agent_id == agent.pk
-            or manages(agent, issue.assignee_agent_id))
+    return (issue.assignee_agent_id is None or issue.assignee_agent_id == agent.pk
+            or issue.created_by_agent_id == agent.pk or manages(agent, issue.assignee_agent_id))
 
 
 def ensure_issue_owner(actor: Actor, issue: Issue):
-    """Agents change only their own issues (assigned, created, or their reports'); board users bypass."""
+    """Agents change unassigned issues and their own (assigned, created, or their reports'); board
+    users bypass."""
     if not actor.is_agent or agent_may_change(actor.agent, issue):
         return
     raise NotYourIssue(details={

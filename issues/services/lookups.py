@@ -53,6 +53,7 @@ def assignable_agent(company_id, pk, field: str = "assigneeAgentId", *, loaded=N
     if loaded is not None and str(loaded.company_id) != str(company_id):
         raise _not_found(Agent, field)
     agent = loaded if loaded is not None else company_object(Agent, company_id, pk, field)
-    if agent is not None and agent.status == AgentStatus.TERMINATED:
-        raise InvalidInput(details={field: [f"Agent '{agent.name}' is terminated and cannot take work."]})
+    if agent is not None and agent.status == AgentStatus.TERMINATED:  # upstream's 409 and message
+        raise Conflict("Cannot assign work to terminated agents", code="agent_terminated",
+                       details={field: [f"Agent '{agent.name}' is terminated and cannot take work."]})
     return agent
