@@ -59,8 +59,17 @@ def walk_up(node, attr: str = "parent"):
 
 
 def ancestors(issue: Issue) -> list[Issue]:
-    """Parent chain, nearest first (one query per level; trees are shallow)."""
-    return list(walk_up(issue))
+    """Parent chain, nearest first, each with its project and goal (one query per level; trees are
+    shallow); stops on a cycle."""
+    chain, seen, parent_id = [], {issue.pk}, issue.parent_id
+    while parent_id is not None and parent_id not in seen:
+        node = Issue.objects.select_related("project", "goal").filter(pk=parent_id).first()
+        if node is None:
+            break
+        chain.append(node)
+        seen.add(node.pk)
+        parent_id = node.parent_id
+    return chain
 
 
 def open_blockers(issue: Issue) -> list[Issue]:

@@ -151,12 +151,15 @@ ISSUE = {
     "identifier": lambda v: isinstance(v, str) and re.fullmatch(r"[A-Z]+-\d+", v) is not None,
     "originKind": is_str, "originId": n(is_str), "executionWorkspaceId": n(is_uuid),
     "startedAt": n(is_dt), "completedAt": n(is_dt), "cancelledAt": n(is_dt),
-    "labelIds": list_of(is_uuid), "labels": is_list, "createdAt": is_dt, "updatedAt": is_dt,
+    "labelIds": list_of(is_uuid), "labels": is_list, "billingCode": n(is_str), "createdAt": is_dt, "updatedAt": is_dt,
 }
 ISSUE_SUMMARY = {"id": is_uuid, "identifier": is_str, "title": is_str, "status": one_of(ISSUE_STATUS),
                  "priority": one_of(PRIORITY), "assigneeAgentId": n(is_uuid), "assigneeUserId": n(is_user_id)}
+ANCESTOR = {**ISSUE_SUMMARY, "description": n(is_str), "projectId": n(is_uuid), "goalId": n(is_uuid),
+            "project": n(is_dict), "goal": n(is_dict)}
 RUN_ISSUE = {"identifier": is_str, "title": is_str, "status": one_of(ISSUE_STATUS), "priority": one_of(PRIORITY)}
-ISSUE_DETAIL = {**ISSUE, "ancestors": list_of(is_dict), "project": n(is_dict), "goal": n(is_dict),
+ISSUE_DETAIL = {**ISSUE, "ancestors": list_of(lambda v: not problems(v, ANCESTOR)), "project": n(is_dict),
+                "goal": n(is_dict),
                 "blockedBy": list_of(lambda v: not problems(v, ISSUE_SUMMARY)),
                 "blocks": list_of(lambda v: not problems(v, ISSUE_SUMMARY))}
 CHAIN_ITEM = {"id": is_uuid, "name": is_str, "role": one_of(AGENT_ROLE), "title": n(is_str)}

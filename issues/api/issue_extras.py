@@ -50,6 +50,7 @@ class IssueChildrenView(APIView):
             execution_workspace_id=data.get("executionWorkspaceId"), workspace_strategy=data.get("workspaceStrategy"),
             inherit_workspace_from_id=data.get("inheritExecutionWorkspaceFromIssueId"),
             label_ids=data.get("labelIds"), blocked_by_ids=data.get("blockedByIssueIds"),
+            assignee_user_id=data.get("assigneeUserId"), billing_code=data["billingCode"],
         )
         return issue_write_result(issue, adjustment, status.HTTP_201_CREATED)
 

@@ -158,6 +158,7 @@ class IssueSerializer(serializers.Serializer):
     assigneeUserId = serializers.IntegerField(source="assignee_user_id", allow_null=True)
     createdByAgentId = serializers.UUIDField(source="created_by_agent_id", allow_null=True)
     createdByUserId = serializers.IntegerField(source="created_by_user_id", allow_null=True)
+    billingCode = serializers.SerializerMethodField()
     checkoutRunId = serializers.SerializerMethodField(
         help_text="The run holding the checkout: a host run, or a long-lived key's own client run id.")
     executionRunId = serializers.UUIDField(source="execution_run_id", allow_null=True)
@@ -177,19 +178,45 @@ class IssueSerializer(serializers.Serializer):
     def get_checkoutRunId(self, issue) -> uuid.UUID | None:
         return issue.checkout_run_id or issue.checkout_client_run_id
 
+    def get_billingCode(self, issue) -> str | None:
+        return issue.billing_code or None  # upstream: null when unset
+
+
+class IssueAncestorSerializer(IssueSummarySerializer):
+    """Upstream's ancestor entry: why the task exists (each ancestor's description, project and goal)."""
+    description = serializers.CharField()
+    projectId = serializers.UUIDField(source="project_id", allow_null=True)
+    goalId = serializers.UUIDField(source="goal_id", allow_null=True)
+    project = serializers.SerializerMethodField()
+    goal = serializers.SerializerMethodField()
+
+    def get_project(self, issue) -> dict | None:
+        return _project_brief(issue)
+
+    def get_goal(self, issue) -> dict | None:
+        return _goal_brief(issue)
+
+
+def _project_brief(issue) -> dict | None:
+    return {"id": str(issue.project.pk), "name": issue.project.name} if issue.project_id else None
+
+
+def _goal_brief(issue) -> dict | None:
+    return {"id": str(issue.goal.pk), "title": issue.goal.title} if issue.goal_id else None
+
 
 class IssueDetailSerializer(IssueSerializer):
-    ancestors = IssueRefSerializer(many=True)
+    ancestors = IssueAncestorSerializer(many=True)
     blockedBy = IssueSummarySerializer(many=True, source="blocked_by")
     blocks = IssueSummarySerializer(many=True)
     project = serializers.SerializerMethodField()
     goal = serializers.SerializerMethodField()
 
     def get_project(self, issue) -> dict | None:
-        return {"id": str(issue.project.pk), "name": issue.project.name} if issue.project else None
+        return _project_brief(issue)
 
     def get_goal(self, issue) -> dict | None:
-        return {"id": str(issue.goal.pk), "title": issue.goal.title} if issue.goal else None
+        return _goal_brief(issue)
 
 
 class ParentAdjustedSerializer(serializers.Serializer):
@@ -365,6 +392,9 @@ class IssueCreateSerializer(StrictSerializer):
     projectId = IdField(required=False, allow_null=True)
     goalId = IdField(required=False, allow_null=True)
     assigneeAgentId = IdField(required=False, allow_null=True)
+    assigneeUserId = serializers.IntegerField(required=False, allow_null=True,
+                                              help_text="A member of the company (one assignee: agent or user).")
+    billingCode = NullAsBlankField(required=False, default="", max_length=200)
     blockParentUntilDone = serializers.BooleanField(required=False, default=False)
     executionWorkspaceId = IdField(required=False, allow_null=True)
     workspaceStrategy = serializers.ChoiceField(choices=WorkspaceStrategy.choices, required=False)
@@ -385,6 +415,9 @@ class IssuePatchSerializer(StrictSerializer):
     projectId = IdField(required=False, allow_null=True)
     goalId = IdField(required=False, allow_null=True)
     assigneeAgentId = AgentRefField(required=False, allow_null=True, max_length=200)
+    assigneeUserId = serializers.IntegerField(required=False, allow_null=True,
+                                              help_text="A member of the company; replaces an agent assignee.")
+    billingCode = NullAsBlankField(required=False, max_length=200)
     labelIds = serializers.ListField(child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
                                      help_text="Replaces the issue's labels; [] clears them.")
     blockedByIssueIds = serializers.ListField(

@@ -89,14 +89,15 @@ class CompanyIssuesView(APIView):
             execution_workspace_id=data.get("executionWorkspaceId"), workspace_strategy=data.get("workspaceStrategy"),
             inherit_workspace_from_id=data.get("inheritExecutionWorkspaceFromIssueId"),
             label_ids=data.get("labelIds"), blocked_by_ids=data.get("blockedByIssueIds"),
+            assignee_user_id=data.get("assigneeUserId"), billing_code=data["billingCode"],
         )
         return issue_write_result(issue, adjustment, status.HTTP_201_CREATED)
 
 
 PATCH_FIELDS = {"title": "title", "description": "description", "status": "status", "priority": "priority",
                 "parentId": "parent_id", "projectId": "project_id", "goalId": "goal_id",
-                "assigneeAgentId": "assignee_agent_id", "labelIds": "label_ids",
-                "blockedByIssueIds": "blocked_by_ids"}
+                "assigneeAgentId": "assignee_agent_id", "assigneeUserId": "assignee_user_id", "labelIds": "label_ids",
+                "blockedByIssueIds": "blocked_by_ids", "billingCode": "billing_code"}
 
 
 class IssueDetailView(APIView):

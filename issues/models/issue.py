@@ -39,6 +39,8 @@ class Issue(UUIDModel):
     created_by_agent = models.ForeignKey(
         "issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="created_issues"
     )
+    # Upstream's billingCode: who pays for cross-team work (free text; cost events carry their own).
+    billing_code = models.CharField(max_length=200, blank=True)
     created_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="created_issues"
     )

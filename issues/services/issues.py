@@ -28,7 +28,7 @@ from paperclip.core import rows
 from .activity import activity_record
 from .fences import ensure_may_change, ensure_owning_run
 from .labels import labels_resolve
-from .lookups import agent_ref_id, assignable_agent, company_object
+from .lookups import agent_ref_id, assignable_agent, assignable_user, company_object
 from .wake_triggers import ISSUE_ASSIGNED, issue_became_terminal
 from .wakeups import wake_assignee
 
@@ -112,6 +112,8 @@ def issue_create(
     label_ids=None,
     blocked_by_ids=None,
     assignment_wake: bool = True,
+    assignee_user_id=None,
+    billing_code: str = "",
     _savepoint: bool = True,
 ) -> tuple[Issue, ParentAdjustment | None]:
     """``assignment_wake=False`` records the assignee without the ``issue_assigned`` wake. Only the
@@ -133,8 +135,11 @@ def issue_create(
         project = company_object(Project, company.pk, project_id, "projectId")
         goal = company_object(Goal, company.pk, goal_id, "goalId")
         assignee = assignable_agent(company.pk, assignee_agent_id, loaded=assignee_agent)
+        assignee_user = assignable_user(company.pk, assignee_user_id)
+        if assignee is not None and assignee_user is not None:
+            raise _one_assignee()
         if status is None:
-            status = IssueStatus.TODO if assignee is not None else IssueStatus.BACKLOG
+            status = IssueStatus.TODO if assignee is not None or assignee_user is not None else IssueStatus.BACKLOG
         inherit_from = company_object(Issue, company.pk, inherit_workspace_from_id,
                                       "inheritExecutionWorkspaceFromIssueId")
         labels = labels_resolve(company.pk, label_ids) if label_ids else []
@@ -166,6 +171,8 @@ def issue_create(
             goal=goal,
             **workspace,
             assignee_agent=assignee,
+            assignee_user=assignee_user,
+            billing_code=billing_code or "",
             created_by_agent=actor.agent,
             created_by_user=actor.user if actor.is_board else None,
             origin_issue=origin_issue,
@@ -193,6 +200,11 @@ def issue_create(
             wake_assignee(issue=issue, source=WakeSource.ASSIGNMENT, reason=ISSUE_ASSIGNED, new_issue=True)
         events.announce(events.issue_created, issue=issue, actor=actor)
     return issue, adjustment
+
+
+def _one_assignee():
+    return Unprocessable("Issue can only have one assignee", code="one_assignee",
+                         details={"assigneeUserId": ["Give an agent or a user, not both."]})
 
 
 def _block_until_done(*, actor: Actor, blocker: Issue, blocked: Issue):
@@ -278,8 +290,8 @@ def _is_descendant(candidate: Issue, ancestor_id) -> bool:
     return candidate.pk == ancestor_id or any(node.pk == ancestor_id for node in walk_up(candidate))
 
 
-UPDATABLE = {"title", "description", "status", "priority", "assignee_agent_id", "parent_id", "project_id", "goal_id",
-             "label_ids", "blocked_by_ids"}
+UPDATABLE = {"title", "description", "status", "priority", "assignee_agent_id", "assignee_user_id", "parent_id",
+             "project_id", "goal_id", "label_ids", "blocked_by_ids", "billing_code"}
 CLOSED_STATUSES = (IssueStatus.DONE, IssueStatus.CANCELLED)  # what ``reopen`` moves back to todo
 INTERRUPT_BOARD_ONLY = "Only board users can interrupt active runs from issue comments"  # upstream's words
 ISSUE_REOPENED_VIA_COMMENT = "issue_reopened_via_comment"  # upstream's wake reason
@@ -359,6 +371,8 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
         for name in ("title", "description"):
             if name in changes:
                 set_field(name, changes[name])
+        if "billing_code" in changes:
+            set_field("billing_code", changes["billing_code"] or "")
         if "priority" in changes:
             set_field("priority", changes["priority"])
             issue.priority_rank = PRIORITY_RANK[issue.priority]
@@ -399,8 +413,18 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
                 new_id = issue.assignee_agent_id
             reassigned = new_id != issue.assignee_agent_id
             set_field("assignee_agent_id", new_id)
-            if reassigned:
-                issue.assignee_user = None
+            if reassigned and new_id is not None:
+                set_field("assignee_user_id", None)  # one assignee: the agent replaces a user
+        if "assignee_user_id" in changes:
+            user = assignable_user(issue.company_id, changes["assignee_user_id"])
+            if user is not None and changes.get("assignee_agent_id") is not None:
+                raise _one_assignee()
+            if user is not None and user.pk != issue.assignee_user_id:
+                reassigned = reassigned or issue.assignee_agent_id is not None
+                set_field("assignee_agent_id", None)  # a person takes it back (upstream's skill: in_review)
+                set_field("assignee_user_id", user.pk)
+            elif user is None:
+                set_field("assignee_user_id", None)
         new_status = changes.get("status")
         if new_status is None and reassigned and issue.status == IssueStatus.IN_PROGRESS:
             new_status = IssueStatus.TODO  # a new owner starts with a fresh checkout

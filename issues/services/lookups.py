@@ -44,6 +44,23 @@ def agent_ref_id(company_id, ref, field: str = "assigneeAgentId"):
     return ids[0]
 
 
+def assignable_user(company_id, pk, field: str = "assigneeUserId"):
+    """An active board user who is a member of the company (upstream: "must be an active member");
+    anyone else is a 404 naming ``field``, as another company's object is."""
+    from django.contrib.auth import get_user_model
+
+    if pk in (None, ""):
+        return None
+    try:
+        pk = int(pk)
+    except (TypeError, ValueError):
+        raise NotFound("Assignee user not found.", details={field: ["No such member of this company."]}) from None
+    user = get_user_model().objects.filter(pk=pk, is_active=True, memberships__company_id=company_id).first()
+    if user is None:
+        raise NotFound("Assignee user not found.", details={field: ["No such member of this company."]})
+    return user
+
+
 def assignable_agent(company_id, pk, field: str = "assigneeAgentId", *, loaded=None):
     """An agent of the company that can take work: a terminated agent never runs again. ``loaded``:
     the agent as the caller read it in this transaction (checked the same way, not read again)."""
