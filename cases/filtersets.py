@@ -9,6 +9,7 @@ from .models import Case, WorkflowDefinition
 
 
 class CaseFilterSet(filters.FilterSet):
+    COMPANY_REFS = {"projectId": "issues.Project"}  # (selectors.refs_checked)
     search = filters.CharFilter(method="filter_search", max_length=MAX_TEXT_FILTER_CHARS)
     status = CommaChoicesFilter(field_name="status", choices=CaseStatus.choices)
     type = CommaListFilter(method="filter_type")

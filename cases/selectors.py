@@ -5,7 +5,7 @@ from django.db.models import F
 
 from issues.actors import Actor
 from issues.exceptions import InvalidInput, NotFound
-from issues.selectors import get_by_ref, list_window, scoped_get
+from issues.selectors import get_by_ref, list_window, refs_checked, scoped_get
 
 from .choices import CASE_STATUS_ORDER, CaseGroupBy, CaseSortField, SortDir
 from .filtersets import CaseFilterSet, WorkflowDefinitionFilterSet
@@ -77,7 +77,8 @@ def case_browse(*, company, params) -> dict:
     }[group_by]
     qs = qs.order_by(*groups, sort, tie)
     total = qs.count()
-    return {"items": list(qs[offset: offset + limit]), "total": total, "limit": limit, "offset": offset,
+    items = refs_checked(filterset, company.pk, list(qs[offset: offset + limit]))  # a foreign projectId: 404
+    return {"items": items, "total": total, "limit": limit, "offset": offset,
             "sortField": sort_field, "sortDir": sort_dir, "groupBy": group_by}
 
 

@@ -136,6 +136,12 @@ class IssueFilterSet(filters.FilterSet):
     overrides both. ``afterId`` continues after that issue in the order in effect (keyset)."""
 
     ME_PARAMS = ("assigneeUserId", "touchedByUserId")
+    # Ids naming another company's object (or none) are a 404, as everywhere (selectors.refs_checked).
+    COMPANY_REFS = {"assigneeAgentId": "issues.Agent", "participantAgentId": "issues.Agent",
+                    "parentId": "issues.Issue", "parentIssueId": "issues.Issue", "descendantOf": "issues.Issue",
+                    "originIssueId": "issues.Issue", "createdFromIssueId": "issues.Issue",
+                    "projectId": "issues.Project", "goalId": "issues.Goal", "labelId": "issues.Label",
+                    "executionWorkspaceId": "issues.ExecutionWorkspace", "workspaceId": "issues.ExecutionWorkspace"}
 
     assigneeAgentId = UUIDOrNullFilter(field_name="assignee_agent_id", max_length=36)
     assigneeUserId = UserRefFilter(method="user_is_assignee", max_length=18)
@@ -334,6 +340,8 @@ def _value_choices(values):
 class GoalFilterSet(filters.FilterSet):
     """``GET /companies/{id}/goals``: upstream has no filters; these narrow the same list."""
 
+    COMPANY_REFS = {"parentId": "issues.Goal", "ownerAgentId": "issues.Agent"}
+
     level = CommaChoicesFilter(field_name="level", choices=_value_choices(GOAL_LEVELS))
     status = CommaChoicesFilter(field_name="status", choices=_value_choices(GOAL_STATUSES))
     parentId = filters.UUIDFilter(field_name="parent_id")
@@ -354,6 +362,8 @@ class ProjectFilterSet(filters.FilterSet):
 
 class ActivityFilterSet(filters.FilterSet):
     """``GET /companies/{id}/activity``: ``agentId`` (the acting agent), ``entityType``, ``entityId``."""
+
+    COMPANY_REFS = {"agentId": "issues.Agent"}
 
     agentId = filters.UUIDFilter(field_name="actor_agent_id")
     entityType = filters.CharFilter(field_name="entity_type", max_length=32)

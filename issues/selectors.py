@@ -185,9 +185,28 @@ def issue_filterset(*, company, params, actor: Actor | None = None) -> IssueFilt
     )
 
 
+def refs_checked(filterset, company_id, page: list) -> list:
+    """``page`` of a filtered list, after checking the ids its filters named (``COMPANY_REFS``): an id
+    naming no object of the company (another company's) is a 404 naming the parameter, as everywhere.
+    Only an empty page can hide one (rows are the company's), so a page with rows costs nothing."""
+    if page:
+        return page
+    from django.apps import apps
+
+    for param, label in getattr(filterset, "COMPANY_REFS", {}).items():
+        value = filterset.form.cleaned_data.get(param)
+        if value is None or value == "":
+            continue
+        model = apps.get_model(label)
+        if not model.objects.filter(pk=value, company_id=company_id).exists():
+            name = model._meta.verbose_name
+            raise NotFound(f"{name.capitalize()} not found.", details={param: [f"No such {name} in this company."]})
+    return page
+
+
 def issue_list(*, company, params, actor: Actor | None = None):
     """The inbox / issue list: the FilterSet's query, sorted by priority then age (or as asked);
-    labels come with one more query for the whole page."""
+    labels come with one more query for the whole page. Filter ids are checked (refs_checked)."""
     me = [name for name in IssueFilterSet.ME_PARAMS if params.get(name) == "me"]
     if me and actor is not None and not actor.is_board:
         raise Forbidden(f"{me[0]}=me requires board authentication", code="board_only")
@@ -195,7 +214,7 @@ def issue_list(*, company, params, actor: Actor | None = None):
     if not filterset.is_valid():
         raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
     limit, offset = list_window(params)
-    return filterset.qs.prefetch_related("labels")[offset: offset + limit]
+    return refs_checked(filterset, company.pk, list(filterset.qs.prefetch_related("labels")[offset: offset + limit]))
 
 
 COMMENT_PAGE_MAX = 500  # upstream's cap on one read of a thread
@@ -561,13 +580,15 @@ DASHBOARD_DAYS = 14  # runActivity / issueActivity: the last 14 UTC days, today 
 DASHBOARD_RECENT_ISSUES = 50  # upstream's recentIssues bound
 
 
-def _filtered_window(filterset_class, params, queryset):
-    """A FilterSet's query bounded by limit/offset; an invalid filter is a 400 naming it."""
+def _filtered_window(filterset_class, params, queryset, company_id=None):
+    """A FilterSet's query bounded by limit/offset; an invalid filter is a 400 naming it; with
+    ``company_id``, filter ids naming no object of the company are a 404 (refs_checked)."""
     filterset = filterset_class(data=params, queryset=queryset)
     if not filterset.is_valid():
         raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
     limit, offset = list_window(params)
-    return filterset.qs[offset: offset + limit]
+    page = filterset.qs[offset: offset + limit]
+    return page if company_id is None else refs_checked(filterset, company_id, list(page))
 
 
 def goal_list(*, company, params):
@@ -575,7 +596,8 @@ def goal_list(*, company, params):
     from issues.filtersets import GoalFilterSet
     from issues.models import Goal
 
-    return _filtered_window(GoalFilterSet, params, Goal.objects.filter(company=company).order_by("created_at", "id"))
+    return _filtered_window(GoalFilterSet, params, Goal.objects.filter(company=company).order_by("created_at", "id"),
+                            company.pk)
 
 
 def goal_get(*, actor: Actor, pk):
@@ -605,7 +627,7 @@ def activity_list(*, company, params):
     from issues.models import ActivityLog
 
     return _filtered_window(ActivityFilterSet, params,
-                            ActivityLog.objects.filter(company=company).order_by("-created_at", "-id"))
+                            ActivityLog.objects.filter(company=company).order_by("-created_at", "-id"), company.pk)
 
 
 _DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
