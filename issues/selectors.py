@@ -195,7 +195,7 @@ def refs_checked(filterset, company_id, page: list) -> list:
 
     for param, label in getattr(filterset, "COMPANY_REFS", {}).items():
         value = filterset.form.cleaned_data.get(param)
-        if value is None or value == "":
+        if value in (None, "", "null"):  # no filter, or upstream's "none set"
             continue
         model = apps.get_model(label)
         if not model.objects.filter(pk=value, company_id=company_id).exists():

@@ -44,6 +44,15 @@ def test_a_filter_naming_another_companys_object_is_a_404(board_client, company,
     assert foreign.json() == unknown.json()  # nothing tells another company's id from no id
 
 
+def test_unassigned_is_still_a_filter_not_an_id(board_client, company):
+    IssueFactory(company=company, title="Nobody's")
+    url = f"/api/companies/{company.pk}/issues"
+    assert [i["title"] for i in board_client.get(url, {"assigneeAgentId": "null"}).json()] == ["Nobody's"]
+    AgentFactory(company=company)
+    IssueFactory(company=company, assignee_agent=AgentFactory(company=company))
+    assert board_client.get(url, {"assigneeAgentId": "null", "status": "done"}).json() == []  # empty, not 404
+
+
 def test_a_page_with_rows_costs_no_check(board_client, company):
     """The check runs only for an empty page: the inbox read keeps its query count."""
     agent, idle = AgentFactory(company=company), AgentFactory(company=company)
