@@ -212,3 +212,17 @@ def test_children_take_their_blockers_from_the_create_body(board_client, company
     refused = board_client.post(f"/api/issues/{issue.pk}/children",
                                 {"title": "Third part", "blockedByIssueIds": [str(elsewhere.pk)]}, format="json")
     assert refused.status_code == 422 and Issue.objects.count() == count
+
+
+def test_document_conflicts_use_upstreams_messages(board_client, issue):
+    first = put(board_client, issue, "plan", format="markdown", body="v1")
+    assert first.status_code == 201
+    current = first.json()["latestRevisionId"]
+    missing = put(board_client, issue, "plan", format="markdown", body="v2")  # exists, no base sent
+    assert missing.status_code == 409 and missing.json()["error"] == "Document update requires baseRevisionId"
+    assert missing.json()["details"]["currentRevisionId"] == current
+    assert put(board_client, issue, "plan", format="markdown", body="v2", baseRevisionId=current).status_code == 200
+    stale = put(board_client, issue, "plan", format="markdown", body="v3", baseRevisionId=current)
+    assert stale.status_code == 409 and stale.json()["error"] == "Document was updated by someone else"
+    fresh = put(board_client, issue, "notes", format="markdown", body="x", baseRevisionId=current)
+    assert fresh.status_code == 409 and fresh.json()["error"] == "Document does not exist yet"

@@ -257,7 +257,7 @@ def blockers_resolve(company_id, blocked_id, blocker_ids) -> list[Issue]:
     must not already block a would-be blocker, directly or through others)."""
     wanted = list(dict.fromkeys(str(pk) for pk in blocker_ids))
     if blocked_id is not None and str(blocked_id) in wanted:
-        raise Unprocessable("An issue cannot block itself.", code="invalid_blockers",
+        raise Unprocessable("Issue cannot be blocked by itself", code="invalid_blockers",
                             details={BLOCKERS_FIELD: ["An issue cannot block itself."]})
     blockers = list(Issue.objects.filter(company_id=company_id, pk__in=wanted))
     if len(blockers) != len(wanted):
@@ -268,7 +268,7 @@ def blockers_resolve(company_id, blocked_id, blocker_ids) -> list[Issue]:
         seen, frontier = set(), {b.pk for b in blockers}
         while frontier:
             if blocked_id in frontier:
-                raise Unprocessable("Blocking relationships cannot form a cycle.", code="invalid_blockers",
+                raise Unprocessable("Blocking relations cannot contain cycles", code="invalid_blockers",
                                     details={BLOCKERS_FIELD: ["The issue already blocks one of these."]})
             seen |= frontier
             frontier = set(IssueRelation.objects.filter(

@@ -131,15 +131,17 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
             document = Document.objects.select_for_update(of=("self",)).select_related("latest_revision").filter(
                 issue=issue, key=key).first()
             if document is None:
-                if base_revision_id:
-                    raise StaleRevision("The document does not exist yet; write it without a base revision.",
+                if base_revision_id:  # upstream's words
+                    raise StaleRevision("Document does not exist yet",
                                         details={"key": [key], "currentRevisionId": None,
                                                  "currentRevisionNumber": 0})
                 document = Document.objects.create(company_id=issue.company_id, issue=issue, key=key,
                                                    title=title or "", format=format or DocumentFormat.MARKDOWN,
                                                    system=system)
             elif str(base_revision_id or "") != str(document.latest_revision_id or ""):
-                raise StaleRevision(details=_revision_details(document))
+                # upstream's two messages: none sent for an existing document, or a stale one
+                raise StaleRevision("Document was updated by someone else" if base_revision_id
+                                    else "Document update requires baseRevisionId", details=_revision_details(document))
             number = document.revision_count + 1
             revision = DocumentRevision.objects.create(
                 document=document, number=number, title=title if title is not None else document.title,
