@@ -182,41 +182,29 @@ class IssueSerializer(serializers.Serializer):
         return issue.billing_code or None  # upstream: null when unset
 
 
-class IssueAncestorSerializer(IssueSummarySerializer):
+class ProjectGoalBriefs(serializers.Serializer):
+    """An issue's ``project`` ({id, name}) and ``goal`` ({id, title}), as upstream nests them."""
+    project = serializers.SerializerMethodField()
+    goal = serializers.SerializerMethodField()
+
+    def get_project(self, issue) -> dict | None:
+        return {"id": str(issue.project.pk), "name": issue.project.name} if issue.project_id else None
+
+    def get_goal(self, issue) -> dict | None:
+        return {"id": str(issue.goal.pk), "title": issue.goal.title} if issue.goal_id else None
+
+
+class IssueAncestorSerializer(IssueSummarySerializer, ProjectGoalBriefs):
     """Upstream's ancestor entry: why the task exists (each ancestor's description, project and goal)."""
     description = serializers.CharField()
     projectId = serializers.UUIDField(source="project_id", allow_null=True)
     goalId = serializers.UUIDField(source="goal_id", allow_null=True)
-    project = serializers.SerializerMethodField()
-    goal = serializers.SerializerMethodField()
-
-    def get_project(self, issue) -> dict | None:
-        return _project_brief(issue)
-
-    def get_goal(self, issue) -> dict | None:
-        return _goal_brief(issue)
 
 
-def _project_brief(issue) -> dict | None:
-    return {"id": str(issue.project.pk), "name": issue.project.name} if issue.project_id else None
-
-
-def _goal_brief(issue) -> dict | None:
-    return {"id": str(issue.goal.pk), "title": issue.goal.title} if issue.goal_id else None
-
-
-class IssueDetailSerializer(IssueSerializer):
+class IssueDetailSerializer(IssueSerializer, ProjectGoalBriefs):
     ancestors = IssueAncestorSerializer(many=True)
     blockedBy = IssueSummarySerializer(many=True, source="blocked_by")
     blocks = IssueSummarySerializer(many=True)
-    project = serializers.SerializerMethodField()
-    goal = serializers.SerializerMethodField()
-
-    def get_project(self, issue) -> dict | None:
-        return _project_brief(issue)
-
-    def get_goal(self, issue) -> dict | None:
-        return _goal_brief(issue)
 
 
 class ParentAdjustedSerializer(serializers.Serializer):
