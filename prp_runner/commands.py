@@ -30,6 +30,7 @@ import threading
 import time
 
 from .canonical import digest
+from .envelope import COMMAND_SCHEMAS, PROTOCOL_MAX
 
 log = logging.getLogger("prp_runner")
 
@@ -100,6 +101,8 @@ class CommandApplier:
             log.warning("command %s offered again with different content: rejected", command_id)
             return rejected("command_conflict", "This commandId was applied with different content."), False
         handler = self._handlers.get(command.get("type"), self._unsupported)
+        if not self._schema_supported(command.get("schema")):  # SOURCES.md: an unsupported schema fails closed
+            handler = self._unsupported_schema
         with self.outbox.atomic():
             result = handler(command, restoring=False)
             self.outbox.record_command(command, result)
@@ -165,6 +168,15 @@ class CommandApplier:
 
     def _unsupported(self, command, restoring):
         return rejected("unsupported", f"This runner does not apply {command.get('type')!r} commands.")
+
+    def _schema_supported(self, schema) -> bool:
+        """A command schema of the negotiated version or an older one (the host never sends newer)."""
+        version = self.runner.protocol_version or PROTOCOL_MAX
+        return schema in {COMMAND_SCHEMAS[v] for v in COMMAND_SCHEMAS if v <= version}
+
+    def _unsupported_schema(self, command, restoring):
+        return rejected("unsupported_required_schema",
+                        f"Command schema {command.get('schema')!r} is not one this runner negotiated.")
 
 
 def _payload(command: dict) -> dict:

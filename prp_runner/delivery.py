@@ -113,6 +113,13 @@ class CommandLane(_Worker):
                 return
             self.backoff.reset()
             for command in answer.get("commands") or []:
+                seq = command.get("controllerSeq")
+                if isinstance(seq, int) and seq > box.applied_controller_seq + 1:
+                    # commands carry a contiguous controllerSeq (SOURCES.md): never apply past a gap
+                    log.warning("command #%s offered after #%s: a gap; polling again from #%s", seq,
+                                box.applied_controller_seq, box.applied_controller_seq)
+                    self.backoff.wait(runner.stopping)
+                    break
                 result, stored = self.applier.apply(command)
                 if not stored:
                     self.post(client, command["commandId"], result)

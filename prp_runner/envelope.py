@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 
 P0, P1, P2 = 0, 1, 2
 EVENT_SCHEMAS = {1: "paperclip.prp.event.v1", 2: "paperclip.prp.event.v2"}
+COMMAND_SCHEMAS = {1: "paperclip.prp.command.v1", 2: "paperclip.prp.command.v2"}
+PROTOCOL_MIN, PROTOCOL_MAX = min(EVENT_SCHEMAS), max(EVENT_SCHEMAS)  # what hello offers
 _P0_TYPES = frozenset({"run.terminal", "run.result.proposed", "auth.credentials.updated", "runner.backpressure",
                        "runner.diagnostic"})
 _P0_PREFIXES = ("runtime_request.", "turn.", "session.")

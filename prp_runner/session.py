@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from .commands import CommandApplier, TurnControl
 from .delivery import CommandLane, Sender
 from .emitter import EventSink
-from .envelope import BATCH_WRAPPER_BYTES, LOG_EVENT, log_event
+from .envelope import BATCH_WRAPPER_BYTES, LOG_EVENT, PROTOCOL_MAX, PROTOCOL_MIN, log_event
 from .outbox import Outbox, OutboxError
 from .outcome import derive_terminal
 from .processes import ProcessGroups
@@ -191,8 +191,9 @@ class Runner:
         return self._drain()
 
     def _hello(self) -> bool:
-        body = {"protocolMin": 1, "protocolMax": 2, "runnerInstanceId": self.outbox.source_instance_id,
-                "capabilities": self.harness.capabilities(2)}
+        body = {"protocolMin": PROTOCOL_MIN, "protocolMax": PROTOCOL_MAX,
+                "runnerInstanceId": self.outbox.source_instance_id,
+                "capabilities": self.harness.capabilities(PROTOCOL_MAX)}
         client, backoff = HostClient(self.config.url, self.config.key), Backoff()
         try:
             while not self.done.is_set():
@@ -211,7 +212,12 @@ class Runner:
                 return False
         finally:
             client.close()
-        self.protocol_version = self.outbox.protocol_version = answer["protocolVersion"]
+        chosen = answer.get("protocolVersion")
+        if not isinstance(chosen, int) or not PROTOCOL_MIN <= chosen <= PROTOCOL_MAX:
+            self.fail(f"hello: the host chose PRP version {chosen!r}, outside the {PROTOCOL_MIN}..{PROTOCOL_MAX} "
+                      "this runner offered")
+            return False
+        self.protocol_version = self.outbox.protocol_version = chosen
         self.limits.update({k: v for k, v in (answer.get("limits") or {}).items() if k in DEFAULT_LIMITS})
         self.outbox.max_envelope_bytes = self.limits["maxBatchBytes"] - BATCH_WRAPPER_BYTES
         cursor = (answer.get("sources") or {}).get(f"runner:{self.outbox.source_instance_id}", 0)

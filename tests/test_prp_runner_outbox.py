@@ -237,3 +237,69 @@ def test_a_sigkilled_writer_loses_no_committed_event(tmp_path):
     assert all(e["payload"] == {"text": "line " * 20} for e in envelopes)
     assert box.checkpoint == {"step": box.produced_seq}  # the checkpoint of the last committed event
     assert phase(box)["sourceSeq"] == box.produced_seq  # and the sequence continues without a gap
+
+
+# --- commands: the schema and the controllerSeq (SOURCES.md) ---------------------------------------------
+def _runner(box, version):
+    from types import SimpleNamespace
+
+    from prp_runner.commands import TurnControl
+
+    return SimpleNamespace(outbox=box, control=TurnControl(), protocol_version=version, workspace="", turn_id=None,
+                           emit=lambda *args, **kwargs: None)
+
+
+def _cancel(seq, schema="paperclip.prp.command.v1"):
+    return {"schema": schema, "commandId": f"cmd_{seq}", "controllerSeq": seq, "type": "run.cancel",
+            "issuedAt": "2026-08-07T12:00:00.000Z", "payload": {"reason": "board_cancel"}}
+
+
+@pytest.mark.parametrize("schema", ["paperclip.prp.command.v2", "paperclip.prp.command.v3", "bogus"])
+def test_a_command_of_a_schema_not_negotiated_fails_closed(tmp_path, schema):
+    """"every schema discriminator is required; an unsupported one fails closed": on a v1 run a v2 (or
+    unknown) command is answered rejected and changes nothing; a v1 one applies."""
+    from prp_runner.commands import CommandApplier
+
+    box = open_outbox(tmp_path / "outbox.sqlite3", version=1)
+    runner = _runner(box, 1)
+    applier = CommandApplier(box, runner)
+    result, stored = applier.apply(_cancel(1, schema))
+    assert (result["status"], result["error"]["code"], stored) == ("rejected", "unsupported_required_schema", True)
+    assert not runner.control.cancel_requested.is_set()
+    result, _ = applier.apply(_cancel(2))
+    assert result["status"] == "succeeded" and runner.control.cancel_requested.is_set()
+
+
+def test_the_command_lane_never_applies_past_a_gap_in_controller_seq(tmp_path):
+    """Commands carry a contiguous controllerSeq: #3 offered right after #1 is not applied; the lane
+    polls again from #1 (and applies #2, then #3, when the host offers them)."""
+    import threading
+    from types import SimpleNamespace
+
+    from prp_runner.commands import CommandApplier
+    from prp_runner.delivery import CommandLane
+
+    box = open_outbox(tmp_path / "outbox.sqlite3", version=1)
+    runner = _runner(box, 1)
+    runner.stopping, runner.changed = threading.Event(), threading.Event()
+    runner.config = SimpleNamespace(poll_wait=0)
+    runner.after_command = lambda: None
+    runner.fail = lambda why: pytest.fail(why)
+    offers = iter([[_cancel(1), _cancel(3)], [_cancel(2), _cancel(3)]])
+    asked, posted = [], []
+
+    class Host:
+        def commands(self, after_seq, wait):
+            asked.append(after_seq)
+            offer = next(offers, None)
+            if offer is None:
+                runner.stopping.set()
+            return {"commands": offer or []}
+
+        def post_result(self, command_id, body):
+            posted.append(command_id)
+
+    lane = CommandLane(runner, CommandApplier(box, runner))
+    lane.loop(Host())
+    assert asked == [0, 1, 3]  # polled again from #1 after the gap, then after #3
+    assert [c["controllerSeq"] for c in box.applied_commands()] == [1, 2, 3] and box.applied_controller_seq == 3

@@ -267,6 +267,22 @@ def test_a_byte_different_duplicate_is_409_and_nothing_of_the_batch_is_stored(re
     assert stored_ids(ready) == ["runner_test-1", "runner_test-2"]
 
 
+def test_a_duplicate_whose_numbers_are_written_another_way_is_still_the_same_event(ready, client):
+    """SOURCES.md: a repeat must be byte-identical in canonical JSON, where a whole number has one form
+    (RFC 8785: ``1.0`` and ``1e2`` are ``1`` and ``100``): a runner whose serialiser writes it
+    differently on a retry is acknowledged, not refused; another value is still a conflict."""
+    first = envelope(1, "sandbox.metric", {"cpu": 1.0, "memory": 1e2, "load": 0.5}, run=ready)
+    assert post_events(client, ready, [first]).json()["accepted"] == 1
+    raw = json.dumps({"events": [first]}).replace('"cpu": 1.0', '"cpu": 1').replace('"memory": 100.0', '"memory": 100')
+    assert '"cpu": 1,' in raw and '"memory": 100,' in raw
+    again = client.generic("POST", runner_url(ready, "events"), raw, content_type="application/json")
+    assert again.status_code == 200 and again.json()["duplicates"] == [first["sourceEventId"]], again.content
+    other = json.dumps({"events": [first]}).replace('"load": 0.5', '"load": 0.25')
+    assert_error(client.generic("POST", runner_url(ready, "events"), other, content_type="application/json"), 409,
+                 "event_conflict")
+    assert RunnerEvent.objects.filter(run=ready).count() == 1
+
+
 def test_a_new_id_behind_the_cursor_is_a_sequence_conflict(ready, client):
     post_events(client, ready, envelopes(1, 3, run=ready))
     error = assert_error(post_events(client, ready, [envelope(2, run=ready, event_id="other")]), 409,

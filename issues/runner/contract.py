@@ -120,14 +120,29 @@ class ContractError(Exception):
 
 # ---------------------------------------------------------------- canonical JSON
 
-def canonical_json(doc) -> bytes:
-    """Sorted keys, no whitespace, UTF-8 (not ASCII-escaped); NaN/Infinity refused.
+def whole_numbers(doc):
+    """``doc`` with every float that holds a whole number (exactly, below 2**53) as an int: RFC 8785
+    writes ``1.0`` and ``1e2`` as ``1`` and ``100``. (The reference runner's outbox writes the same
+    form, prp_runner.canonical: the runner package does not import the host.)"""
+    if isinstance(doc, float) and doc.is_integer() and abs(doc) < 2 ** 53:
+        return int(doc)
+    if isinstance(doc, dict):
+        return {key: whole_numbers(value) for key, value in doc.items()}
+    if isinstance(doc, list):
+        return [whole_numbers(value) for value in doc]
+    return doc
 
-    Host-internal: it compares a redelivered envelope with the stored one (same parser on both
-    sides). It is not a cross-language canonical form (floats print the Python way).
+
+def canonical_json(doc) -> bytes:
+    """Sorted keys, no whitespace, UTF-8 (not ASCII-escaped); NaN/Infinity refused; a whole number
+    is one form however it was written (:func:`whole_numbers`).
+
+    It compares a redelivered envelope with the stored one (SOURCES.md: byte-identical canonical
+    JSON), so a runner whose serialiser writes ``1`` on a retry after ``1.0`` is not refused.
     """
     try:
-        text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(whole_numbers(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ContractError(SCHEMA_INVALID, "Strings must be valid Unicode (unpaired surrogate).") from exc
