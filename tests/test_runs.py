@@ -430,3 +430,39 @@ def test_usage_in_a_new_month_resets_only_that_agents_spend_first(company):
     other.refresh_from_db()
     assert (agent.spent_monthly_cents, agent.spend_period) == (5, "2026-11")
     assert (other.spent_monthly_cents, other.spend_period) == (40, "2026-10")  # left to the sweep
+
+
+def test_an_external_workers_first_heartbeat_starts_its_run_under_the_dispatchers_rules(company):
+    """An external worker (adapter none) starts its run with its first heartbeat: the run starts
+    (with its run.started row) only as the dispatcher would start it. A paused or over-budget
+    agent's queued run is cancelled with that reason, and a retry does not start before it is due."""
+    from issues.exceptions import Conflict
+
+    def external_run(**agent_fields):
+        agent = AgentFactory(company=company, adapter_type="none", **agent_fields)
+        return RunFactory(agent=agent, status="queued", adapter_type="none")
+
+    run = runs.run_heartbeat(actor=SYSTEM, run=external_run())
+    assert run.status == "running" and run.started_at is not None
+    assert ActivityLog.objects.filter(action="run.started", entity_id=str(run.pk)).count() == 1
+    assert runs.run_heartbeat(actor=SYSTEM, run=run).status == "running"  # later heartbeats: no second row
+    assert ActivityLog.objects.filter(action="run.started", entity_id=str(run.pk)).count() == 1
+
+    for fields, reason in (({"status": "paused"}, "agent_paused"),
+                           ({"budget_monthly_cents": 100, "spent_monthly_cents": 150}, "budget_exceeded")):
+        refused = external_run(**fields)
+        with pytest.raises(Conflict) as ended:
+            runs.run_heartbeat(actor=SYSTEM, run=refused)
+        assert ended.value.code == "run_not_live" and ended.value.details["reason"] == reason
+        refused.refresh_from_db()
+        assert (refused.status, refused.error) == ("cancelled", reason)
+
+    retry = external_run()
+    HeartbeatRun.objects.filter(pk=retry.pk).update(status="scheduled_retry",
+                                                     scheduled_for=timezone.now() + timedelta(seconds=30))
+    with pytest.raises(Conflict) as early:
+        runs.run_heartbeat(actor=SYSTEM, run=retry)
+    assert early.value.code == "run_not_due"
+    assert HeartbeatRun.objects.get(pk=retry.pk).status == "scheduled_retry"
+    with time_machine.travel(timezone.now() + timedelta(seconds=31)):
+        assert runs.run_heartbeat(actor=SYSTEM, run=retry).status == "running"

@@ -13,7 +13,7 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from issues.actors import SYSTEM
-from issues.choices import AdapterType, AgentStatus, RunStatus
+from issues.choices import AdapterType, RunStatus
 from issues.exceptions import ApiError
 from issues.models import ActivityLog, Agent, HeartbeatRun, Project
 
@@ -21,6 +21,7 @@ from .activity import activity_context_current, activity_record
 from .run_policy import run_policy_for
 from .run_results import finish_status, run_result_record
 from .runs import run_finish, runs_promote_due_retries
+from .start_rules import start_refusal
 from .wakeups import wakeups_fold
 
 log = logging.getLogger(__name__)
@@ -120,10 +121,9 @@ def dispatch_claim(*, owner: str, limit: int = 100, max_claims: int | None = Non
         startable = []
         for run in candidates:
             run.agent = agent = agents[run.agent_id]
-            if agent.status in (AgentStatus.PAUSED, AgentStatus.TERMINATED):
-                cancels.append((run, f"agent_{agent.status}"))
-            elif agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
-                cancels.append((run, "budget_exceeded"))
+            refusal = start_refusal(agent)
+            if refusal:
+                cancels.append((run, refusal))
             else:
                 startable.append(run)
         claimed = _claim_within_limits(startable, max_claims)

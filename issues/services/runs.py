@@ -35,6 +35,7 @@ from issues.models import ActivityLog, Agent, HeartbeatRun, Issue, Project, RunE
 from .activity import activity_record
 from .fences import lock_details
 from .run_policy import KNOBS, run_policy_for
+from .start_rules import start_refusal
 
 # Runs whose issue is still worth working on (continuations and retries stop otherwise).
 ACTIVE_ISSUE_STATUSES = (IssueStatus.TODO, IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW, IssueStatus.BACKLOG)
@@ -120,24 +121,45 @@ def run_mark_running(*, run: HeartbeatRun, owner: str = "", pid: int | None = No
 
 def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = None, reason: str = "",
                   usage: dict | None = None) -> HeartbeatRun:
-    """A worker heartbeat: refreshes liveness, records reported liveness and cumulative usage."""
+    """A worker heartbeat: refreshes liveness, records reported liveness and cumulative usage. The
+    first heartbeat of an external worker starts its run, under the dispatcher's rules
+    (start_rules): a paused, terminated or over-budget agent's run is cancelled instead (409
+    ``run_not_live`` naming why), and a scheduled retry does not start before it is due (409
+    ``run_not_due``)."""
     if actor.is_agent and actor.agent.pk != run.agent_id:
         raise Forbidden("Agents heartbeat their own runs only.", code="run_mismatch")
     actor.ensure_can_write(run.company_id)
     if liveness and liveness not in RunLiveness.values:
         raise InvalidInput(details={"liveness": [f"Must be one of {', '.join(RunLiveness.values)}."]})
     now = timezone.now()
+    refusal = None
     with transaction.atomic():
+        starting = HeartbeatRun.objects.filter(pk=run.pk).exclude(status=RunStatus.RUNNING).exists()
+        # Agent before run, the order the dispatcher locks them in (no deadlock with a pass).
+        agent = Agent.objects.select_for_update(no_key=True).get(pk=run.agent_id) if starting else None
         run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
         if run.status not in LIVE_RUN_STATUSES:
             raise Conflict("The run has ended.", code="run_not_live", details={"status": run.status})
-        run.last_heartbeat_at = run.last_activity_at = now
+        if run.status == RunStatus.SCHEDULED_RETRY and run.scheduled_for and run.scheduled_for > now:
+            raise Conflict("The run is a retry that is not due yet.", code="run_not_due",
+                           details={"status": run.status, "scheduledFor": run.scheduled_for.isoformat()})
         if run.status != RunStatus.RUNNING:
-            run.status, run.started_at = RunStatus.RUNNING, run.started_at or now
-        if liveness:
-            run.liveness, run.liveness_reason = liveness, reason[:300]
-        run.save()
-        stopped = _record_usage(run, usage) if usage else False
+            refusal = start_refusal(agent) if agent is not None else None
+        if refusal is None:
+            run.last_heartbeat_at = run.last_activity_at = now
+            if run.status != RunStatus.RUNNING:
+                run.status, run.started_at = RunStatus.RUNNING, run.started_at or now
+                activity_record(actor=SYSTEM, company_id=run.company_id, action="run.started", entity_type="run",
+                                entity_id=run.pk, details={"owner": "heartbeat"})
+        if refusal is None:
+            if liveness:
+                run.liveness, run.liveness_reason = liveness, reason[:300]
+            run.save()
+            stopped = _record_usage(run, usage) if usage else False
+    if refusal is not None:  # as the dispatcher cancels it
+        run_finish(run=run, status=RunStatus.CANCELLED, error=refusal)
+        raise Conflict("The run has ended.", code="run_not_live", details={"status": RunStatus.CANCELLED,
+                                                                          "reason": refusal})
     Agent.objects.filter(pk=run.agent_id).update(last_heartbeat_at=now)  # outside the run lock
     if stopped:
         _finish_stopped([run])
