@@ -466,3 +466,22 @@ def test_an_external_workers_first_heartbeat_starts_its_run_under_the_dispatcher
     assert HeartbeatRun.objects.get(pk=retry.pk).status == "scheduled_retry"
     with time_machine.travel(timezone.now() + timedelta(seconds=31)):
         assert runs.run_heartbeat(actor=SYSTEM, run=retry).status == "running"
+
+
+@pytest.mark.parametrize("holds_the_issue", [False, True], ids=["unlocked", "checked-out"])
+def test_a_wake_while_the_run_is_stopping_is_not_lost_with_it(company, holds_the_issue):
+    """A stopping run has left the live slot: a wake that arrives then (a board comment after a stop)
+    does not join it, where it would end with the run unheard; it starts the next run, or waits for
+    the stopping run to let go of the issue and then starts it."""
+    agent = AgentFactory(company=company)
+    issue = IssueFactory(company=company, assignee_agent=agent, status="todo")
+    stopping = wake(agent, issue, reason="issue_assigned").run
+    if holds_the_issue:
+        claim(issue, stopping)
+    HeartbeatRun.objects.filter(pk=stopping.pk).update(stop_requested_at=timezone.now(), stop_reason="board_stop")
+    comment = wake(agent, issue, reason="issue_commented")
+    assert comment.status != "coalesced" and comment.run_id != stopping.pk
+    runs.run_finish(run=HeartbeatRun.objects.get(pk=stopping.pk), status="cancelled", error="stopped")
+    comment.refresh_from_db()
+    follow_up = comment.run or HeartbeatRun.objects.filter(agent=agent, issue=issue).exclude(pk=stopping.pk).first()
+    assert follow_up is not None and follow_up.status in ("queued", "running"), comment.status

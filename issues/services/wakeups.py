@@ -270,7 +270,7 @@ def _coalesce_sql(has_issue: bool, asynchronous: bool) -> str:
             SELECT r.id FROM {run_t} r
             WHERE r.agent_id = CAST(%(agent)s AS uuid)
               AND {"r.issue_id = CAST(%(issue)s AS uuid)" if has_issue else "r.issue_id IS NULL"}
-              AND r.status IN ({live}) AND {skip}
+              AND r.status IN ({live}) AND r.stop_requested_at IS NULL AND {skip}
             ORDER BY r.created_at LIMIT 1
         ), wake AS ({insert(WakeupRequest, "w")}
         ), audit AS ({insert(ActivityLog, "a")}
@@ -288,9 +288,11 @@ def _place(wake, agent, issue, source, comment_ids, reason, run_fields, new_issu
     for attempt in range(PLACE_ATTEMPTS):
         live = None
         if not new_issue:  # (a new issue has no run: nothing outside this transaction can see it)
-            live = HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES)
-            if follows:  # only the run that took the live slot first (a stopping run has left it)
-                live = live.filter(stop_requested_at__isnull=True) if attempt else live.none()
+            # A stopping run has left the live slot: a wake joining it would end with it, unheard.
+            live = HeartbeatRun.objects.filter(agent=agent, issue=issue, status__in=LIVE_RUN_STATUSES,
+                                               stop_requested_at__isnull=True)
+            if follows and not attempt:  # only the run that took the live slot first
+                live = live.none()
             # Locked: the merge below reads and writes the run row (the fast path writes it in SQL).
             live = live.select_for_update().order_by("created_at").first()
         if live is not None:
