@@ -398,6 +398,8 @@ def test_monthly_budget_resets_when_the_month_turns(company):
         agent.refresh_from_db()
         assert (agent.spent_monthly_cents, agent.spend_period, agent.pause_reason) == (0, "2026-12", "")
         assert wake(agent, issue).status == "claimed"
+    lifted = ActivityLog.objects.get(action="agent.budget_stop_lifted", entity_id=str(agent.pk))
+    assert lifted.details == {"period": "2026-12", "previousSpentCents": 150}
 
 
 def test_an_orphaned_agent_on_this_host_is_killed_when_its_run_is_abandoned(company, settings):

@@ -158,8 +158,8 @@ def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = Non
             stopped = _record_usage(run, usage) if usage else False
     if refusal is not None:  # as the dispatcher cancels it
         run_finish(run=run, status=RunStatus.CANCELLED, error=refusal)
-        raise Conflict("The run has ended.", code="run_not_live", details={"status": RunStatus.CANCELLED,
-                                                                          "reason": refusal})
+        raise Conflict("The run has ended.", code="run_not_live",
+                       details={"status": RunStatus.CANCELLED, "reason": refusal})
     Agent.objects.filter(pk=run.agent_id).update(last_heartbeat_at=now)  # outside the run lock
     if stopped:
         _finish_stopped([run])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from issues import events
@@ -11,6 +12,7 @@ from issues.actors import SYSTEM
 from issues.choices import AgentStatus, WakeSource
 from issues.models import Agent, WakeupRequest
 
+from .activity import activity_record
 from .runs import runs_promote_due_retries, runs_reap_stale
 from .wakeups import agent_wakeup, wakeups_fold_sweep
 
@@ -38,8 +40,15 @@ def budgets_roll_month(*, now=None, agent_id=None) -> int:
     stale = Agent.objects.exclude(spend_period=period)
     if agent_id is not None:
         stale = stale.filter(pk=agent_id)
-    stale.filter(pause_reason="budget_exceeded").update(pause_reason="")
-    return stale.update(spent_monthly_cents=0, spend_period=period)
+    with transaction.atomic():
+        stopped = stale.filter(pause_reason="budget_exceeded")
+        lifted = list(stopped.values_list("pk", "company_id", "spent_monthly_cents"))
+        if lifted:
+            Agent.objects.filter(pk__in=[pk for pk, _, _ in lifted]).update(pause_reason="")
+        for pk, company_id, spent in lifted:  # the budget stop ends: audited, as it began
+            activity_record(actor=SYSTEM, company_id=company_id, action="agent.budget_stop_lifted",
+                            entity_type="agent", entity_id=pk, details={"period": period, "previousSpentCents": spent})
+        return stale.update(spent_monthly_cents=0, spend_period=period)
 
 
 def sweep(*, owner: str, now=None) -> dict:
