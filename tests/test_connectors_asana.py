@@ -27,12 +27,9 @@ from connectors.services.conflicts import conflict_resolve
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM, Actor
 from issues.models import Issue, WakeupRequest
-from issues.services.work_products import work_product_create
 from tests.asana_sandbox import SANDBOX_PROJECT, SANDBOX_TOKEN, SANDBOX_WEBHOOK_SECRET, make_sandbox
-from tests.factories import AgentFactory, MembershipFactory, RunFactory
-from tests.connector_helpers import external_comments, update
-
-PR_URL = "https://github.com/octo-org/octo-repo/pull/7"
+from tests.factories import AgentFactory, MembershipFactory
+from tests.connector_helpers import agent_opens_pr, external_comments, update
 
 MAPPING = {"completed": "terminal",
            "sections": {"To do": "backlog", "In Progress": "active", "Review": "review", "Done": "terminal"}}
@@ -292,10 +289,7 @@ def test_comments_in_and_out_with_echo_suppression(tracker, agents):
     [imported] = external_comments(link.issue)
     assert "Happens on every start" in imported.body and imported.provenance["externalCommentId"] == story["gid"]
     # out: a milestone (the agent opened a PR), posted by the service account with the effect marker
-    run = RunFactory(agent=agents["coder"], issue=link.issue)
-    with tracker.capture(execute=True):
-        work_product_create(actor=Actor(agent=agents["coder"], run_header=str(run.pk)), issue=link.issue,
-                            kind="pull_request", title="Fix the config loader", url=PR_URL)
+    agent_opens_pr(tracker, agents["coder"], link.issue)
     effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT, source_id__startswith="artifact:")
     assert effect.status == OutboundStatus.DONE
     [posted] = [c for c in tracker.sandbox.comments_of(gid) if f"paperclip:effect:{effect.pk}" in c["text"]]
@@ -454,10 +448,7 @@ def test_a_rate_limited_write_waits_for_retry_after_and_the_poll_backs_off(track
 
     gid, link = linked(tracker)
     tracker.sandbox.fail_next(1, "rate_limit", retry_after=120)
-    run = RunFactory(agent=agents["coder"], issue=link.issue)
-    with tracker.capture(execute=True):
-        work_product_create(actor=Actor(agent=agents["coder"], run_header=str(run.pk)), issue=link.issue,
-                            kind="pull_request", title="Fix the config loader", url=PR_URL)
+    agent_opens_pr(tracker, agents["coder"], link.issue)
     effect = OutboundEffect.objects.get(link=link, kind=OutboundKind.COMMENT)
     assert effect.status == OutboundStatus.PENDING and effect.error_category == "provider_rate_limited"
     assert (effect.next_attempt_at - timezone.now()).total_seconds() > 100  # never sooner than Retry-After

@@ -2,10 +2,8 @@
 recorded with the Paperclip change, drained by the worker task with retries, posted once even when
 a delivery is retried after its outcome was lost, echo suppression, status projection with gated
 closure, toggles with the §10.2 defaults, debounced milestone comments and the run-failure notice."""
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 from rest_framework.test import APIClient
 
 from connectors.choices import OutboundKind, OutboundStatus
@@ -326,7 +324,7 @@ def test_a_board_reassignment_names_the_agent_whose_claim_ended_not_the_new_one(
         linked, github_sandbox, coder, company, django_capture_on_commit_callbacks):
     """§10.4: the message is attributed to who acted; reassigning an in_progress issue ends the old
     agent's claim (the issue goes back to todo), and the new assignee released nothing."""
-    from tests.factories import AgentFactory, MembershipFactory
+    from tests.factories import MembershipFactory
 
     number, link = linked
     issue, _ = claimed_by(coder, link, django_capture_on_commit_callbacks)

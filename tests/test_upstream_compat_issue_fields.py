@@ -4,10 +4,7 @@ ancestors' context on ``GET /api/issues/:id`` (the skill's fallback for heartbea
 from issues.models import ActivityLog, Issue, WakeupRequest
 from tests.factories import AgentFactory, GoalFactory, IssueFactory, MembershipFactory, ProjectFactory, UserFactory
 from tests.test_errors import assert_error
-
-
-def create(client, company, **body):
-    return client.post(f"/api/companies/{company.pk}/issues", body, format="json")
+from tests.test_upstream_compat_comments_documents import create
 
 
 def test_billing_code_is_taken_on_create_and_patch_and_shown(board_client, company):

@@ -3,7 +3,7 @@ import uuid
 
 from django.core.exceptions import ValidationError
 
-from issues.exceptions import Conflict, InvalidInput, NotFound
+from issues.exceptions import Conflict, NotFound
 
 
 def _not_found(model, field: str) -> NotFound:
@@ -51,11 +51,9 @@ def assignable_user(company_id, pk, field: str = "assigneeUserId"):
 
     if pk in (None, ""):
         return None
-    try:
-        pk = int(pk)
-    except (TypeError, ValueError):
-        raise NotFound("Assignee user not found.", details={field: ["No such member of this company."]}) from None
-    user = get_user_model().objects.filter(pk=pk, is_active=True, memberships__company_id=company_id).first()
+    user = None
+    if str(pk).isdigit():
+        user = get_user_model().objects.filter(pk=int(pk), is_active=True, memberships__company_id=company_id).first()
     if user is None:
         raise NotFound("Assignee user not found.", details={field: ["No such member of this company."]})
     return user

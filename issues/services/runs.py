@@ -134,8 +134,9 @@ def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = Non
     now = timezone.now()
     refusal = None
     with transaction.atomic():
-        starting = HeartbeatRun.objects.filter(pk=run.pk).exclude(status=RunStatus.RUNNING).exists()
-        # Agent before run, the order the dispatcher locks them in (no deadlock with a pass).
+        # A run not yet running may start: its agent is locked first, the order the dispatcher locks
+        # them in (no deadlock with a pass). The caller's row tells; a run never goes back to queued.
+        starting = run.status != RunStatus.RUNNING
         agent = Agent.objects.select_for_update(no_key=True).get(pk=run.agent_id) if starting else None
         run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
         if run.status not in LIVE_RUN_STATUSES:
@@ -143,15 +144,14 @@ def run_heartbeat(*, actor: Actor, run: HeartbeatRun, liveness: str | None = Non
         if run.status == RunStatus.SCHEDULED_RETRY and run.scheduled_for and run.scheduled_for > now:
             raise Conflict("The run is a retry that is not due yet.", code="run_not_due",
                            details={"status": run.status, "scheduledFor": run.scheduled_for.isoformat()})
-        if run.status != RunStatus.RUNNING:
-            refusal = start_refusal(agent) if agent is not None else None
+        if run.status != RunStatus.RUNNING and agent is not None:
+            refusal = start_refusal(agent)
         if refusal is None:
             run.last_heartbeat_at = run.last_activity_at = now
             if run.status != RunStatus.RUNNING:
                 run.status, run.started_at = RunStatus.RUNNING, run.started_at or now
                 activity_record(actor=SYSTEM, company_id=run.company_id, action="run.started", entity_type="run",
                                 entity_id=run.pk, details={"owner": "heartbeat"})
-        if refusal is None:
             if liveness:
                 run.liveness, run.liveness_reason = liveness, reason[:300]
             run.save()

@@ -40,7 +40,7 @@ def budgets_roll_month(*, now=None, agent_id=None) -> int:
     stale = Agent.objects.exclude(spend_period=period)
     if agent_id is not None:
         stale = stale.filter(pk=agent_id)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # (inside a usage write: its transaction, no savepoint)
         stopped = stale.filter(pause_reason="budget_exceeded")
         lifted = list(stopped.values_list("pk", "company_id", "spent_monthly_cents"))
         if lifted:

@@ -5,7 +5,7 @@ client would (paperclip.core.outbound_http): the address is checked just before 
 pinned to it (``http.curloptResolve``), follows no redirect and uses no proxy. It also runs without the
 server's own git configuration (no system or global config: no credential helper, extra header or
 cookie file of the server's reaches the tenant's URL, and no filter such as git-lfs fetches from where
-the repository says), for the fetch and for every command in that repository's clone. Folders,
+the repository says): the clone, every fetch and the worktree checkout (``isolated``). Folders,
 ``file://`` and ssh repositories are staff-set and run unchanged.
 """
 from __future__ import annotations
