@@ -118,6 +118,14 @@ class CompanyAdmin(admin.ModelAdmin):
         fields = super().get_readonly_fields(request, obj)
         return (*fields, "issue_prefix") if obj is not None else fields
 
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change and {"status", "budget_monthly_cents"} & set(form.changed_data):
+            from issues.services.company_stop import company_agents_sync_on_commit
+
+            # the company's stop begins or ends for its agents, as through the API
+            company_agents_sync_on_commit(obj.pk, Actor(user=request.user))
+
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):

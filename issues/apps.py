@@ -12,3 +12,9 @@ class IssuesConfig(AppConfig):
 
         host_control.connect()
         requests.connect()
+
+        # A stopped company (paused, archived, budget spent) on the dashboard's "Needs attention".
+        from issues.operator_alerts import register_alert_source
+        from issues.services.company_stop import dashboard_alerts
+
+        register_alert_source(dashboard_alerts)

@@ -745,6 +745,7 @@ def org_dashboard(*, company, now=None) -> dict:
     from django.utils import timezone
 
     from issues.models import CostEvent
+    from issues.services.company_stop import COMPANY_BUDGET
     from issues.services.costs import BUDGET_STOP, month_start
 
     now = now or timezone.now()
@@ -756,7 +757,8 @@ def org_dashboard(*, company, now=None) -> dict:
     agents = {"active": 0, "running": 0, "paused": 0, "error": 0}
     budget_stopped = 0
     for status, n, stopped in (Agent.objects.filter(company=company).values("status").order_by()
-                               .annotate(n=Count("id"), stopped=Count("id", filter=Q(pause_reason=BUDGET_STOP)))
+                               .annotate(n=Count("id"), stopped=Count("id", filter=Q(
+                                   pause_reason__in=(BUDGET_STOP, COMPANY_BUDGET))))
                                .values_list("status", "n", "stopped")):
         bucket = "active" if status == "idle" else status  # idle agents are operational (upstream)
         if bucket in agents:
@@ -803,7 +805,8 @@ def org_dashboard(*, company, now=None) -> dict:
         "costs": {"monthSpendCents": spend, "monthBudgetCents": budget,
                   "monthUtilizationPercent": _percent(spend, budget)},
         "pendingApprovals": approvals["pending"],
-        # No budget incidents or project pauses here: an incident is an agent under its budget stop.
+        # No budget incidents or project pauses here: an incident is an agent stopped by its own
+        # budget or by the company's.
         "budgets": {"activeIncidents": budget_stopped, "pendingApprovals": approvals["budget"],
                     "pausedAgents": budget_stopped, "pausedProjects": 0},
         "runActivity": list(runs.values()), "issueActivity": list(issues.values()), "recentIssues": recent,

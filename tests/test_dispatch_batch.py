@@ -58,13 +58,15 @@ def test_a_pass_cancels_paused_terminated_and_over_budget_agents_runs(company):
     paused, gone = agent_in(company, status="paused"), agent_in(company, status="terminated")
     broke = agent_in(company, budget_monthly_cents=10, spent_monthly_cents=10)
     fine = agent_in(company, budget_monthly_cents=10, spent_monthly_cents=9)
+    held = agent_in(company, status="paused", pause_reason="company_archived")  # its company's stop
     runs = {name: queued(agent) for name, agent in
-            (("paused", paused), ("gone", gone), ("broke", broke), ("fine", fine))}
+            (("paused", paused), ("gone", gone), ("broke", broke), ("fine", fine), ("held", held))}
     claimed = dispatch.dispatch_claim(owner="test:1")
     assert [run.pk for run in claimed] == [runs["fine"].pk]
     outcome = {name: HeartbeatRun.objects.values_list("status", "error").get(pk=run.pk) for name, run in runs.items()}
     assert outcome == {"paused": ("cancelled", "agent_paused"), "gone": ("cancelled", "agent_terminated"),
-                       "broke": ("cancelled", "budget_exceeded"), "fine": ("running", "")}
+                       "broke": ("cancelled", "budget_exceeded"), "fine": ("running", ""),
+                       "held": ("cancelled", "company_archived")}
     assert not ActivityLog.objects.filter(action="run.started", run_id__in=[runs["paused"].pk]).exists()
 
 

@@ -211,7 +211,12 @@ def test_stale_heartbeat_abandons_releases_and_retries_with_backoff(company, set
             assert runs.runs_promote_due_retries() == 0  # not due yet
             clock.shift(timedelta(seconds=delays[-1]))
             assert runs.runs_promote_due_retries() == 1
+            assert runs.runs_promote_due_retries() == 0  # promoted once
             run = HeartbeatRun.objects.get(pk=retry.pk)
+            assert run.status == "queued"
+            due = ActivityLog.objects.get(action="run.retry_due", entity_id=str(run.pk))
+            assert (due.run_id, due.actor_type, due.details) == (
+                run.pk, "system", {"retryAttempt": attempt, "scheduledFor": retry.scheduled_for.isoformat()})
     assert delays == [10, 20, 40]  # min(10 s × 2^(n−1), 5 min), bounded by RUN_MAX_RETRIES
 
 

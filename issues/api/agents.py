@@ -139,7 +139,9 @@ class AgentResumeView(AgentLifecycleView):
     def act(self, actor, agent):
         return agent_services.agent_resume(actor=actor, agent=agent, strict=False)
 
-    @lifecycle_schema("agents_resume", "Board only. Back to idle (from paused or error); a terminated agent is a 409.")
+    @lifecycle_schema("agents_resume", "Board only. Back to idle (from paused or error); a terminated agent is a 409, "
+                                       "and so is an agent of a paused, archived or over-budget company "
+                                       "(company_stopped: it resumes with its company).")
     def post(self, request, agent_id):
         return super().post(request, agent_id)
 

@@ -205,7 +205,11 @@ class CompanyDetailView(APIView):
     @extend_schema(request=o.CompanyPatchSerializer, parameters=[RUN_HEADER_PARAM],
                    responses={200: o.CompanySerializer, **ERRORS}, operation_id="companies_update",
                    description="Board users: name, description, status, budgetMonthlyCents; a CEO agent: name and "
-                               "description (other agents 403). `issuePrefix` cannot change (400).")
+                               "description (other agents 403). `issuePrefix` cannot change (400). A company "
+                               "that is paused or archived, or whose monthly budget is spent, stops its agents "
+                               "(paused with pauseReason company_paused / company_archived / "
+                               "company_budget_exceeded, live runs cancelled); active and under budget again, "
+                               "the agents it paused resume.")
     def patch(self, request, company_id):
         actor = actor_from_request(request)
         company = actor.company(company_id)

@@ -16,6 +16,7 @@ class Company(UUIDModel):
     enable_cases = models.BooleanField(default=False, help_text="Feature flag: cases and workflow definitions.")
     budget_monthly_cents = models.PositiveBigIntegerField(default=0)
     spent_monthly_cents = models.PositiveBigIntegerField(default=0)
+    spend_period = models.CharField(max_length=7, blank=True, help_text="The month (YYYY-MM) spend counts for.")
 
     class Meta:
         verbose_name_plural = "companies"

@@ -13,7 +13,7 @@ counted it as liveness. By ``eventType``:
   provider/model (``session.usage["charged"]``): ``round_half_up(total × 100)`` minus what was
   charged before, so many sub-cent deltas still add up. The batch's deltas are one ledger row per
   provider/model (``services.costs.ledger_record``, the ledger every run's spend goes through; the
-  run's totals grow with saturation, ``services.runs.run_usage_add``); when the agent's budget is
+  run's totals grow with saturation, ``services.runs.run_usage_add``); when the agent's (or the company's) budget is
   reached and the run does not end in this batch, the hard stop is ``run.cancel`` over the command
   lane (``host_control.request_stop``).
 * ``run.result.proposed`` — ``session.proposed_result`` (the latest before the terminal; one after
@@ -47,7 +47,7 @@ from issues.choices import LIVE_RUN_STATUSES
 from issues.models import HeartbeatRun, RunnerEvent, RunnerSession
 from issues.services import runs as run_services
 from issues.services.activity import activity_record
-from issues.services.costs import BUDGET_STOP, ledger_record
+from issues.services.costs import ledger_record
 
 from . import decisions, host_control, requests
 from .commands import iso_now
@@ -219,12 +219,13 @@ class _Batch:
 
     # --- once per batch ---------------------------------------------------------------------------------
     def _flush_usage(self) -> bool:
-        """The batch's run deltas into the run's totals and the ledger. True: the budget is reached."""
+        """The batch's run deltas into the run's totals and the ledger. Returns the budget stop reached
+        (``budget_exceeded``, ``company_budget_exceeded``: costs.spend_add), or None."""
         if not self.usage:
             return False
         run, usage = self.run, self.session.usage
         charged = usage.setdefault("charged", {})
-        reached = False
+        reached = None
         for (provider, model), total in self.usage.items():
             key = f"{provider}/{model}"
             mark = charged.get(key) if isinstance(charged.get(key), dict) else {"costUsd": "0", "cents": 0}
@@ -239,7 +240,7 @@ class _Batch:
                 company_id=run.company_id, agent_id=run.agent_id, cost_cents=cents, provider=provider, model=model,
                 biller=provider, input_tokens=total["input"], cached_input_tokens=total["cached"],
                 output_tokens=total["output"], run=run, issue_id=run.issue_id)
-            reached = reached or crossed
+            reached = crossed or reached  # the company's stop, once reached, is every later one
         return reached
 
     def _end_run(self):
@@ -277,7 +278,7 @@ class _Batch:
         self._save()
         if reached and self.run.status in LIVE_RUN_STATUSES:
             # The hard stop, as for other runs, but over the command lane: the runner confirms with its terminal.
-            host_control.request_stop(run=self.run, session=self.session, reason=BUDGET_STOP,
+            host_control.request_stop(run=self.run, session=self.session, reason=reached,
                                       command_type=host_control.RUN_CANCEL)
 
 

@@ -17,6 +17,7 @@ from issues.models import Agent, AgentApiKey, HeartbeatRun, WakeupRequest
 from issues.selectors import walk_up
 
 from .activity import activity_record
+from .company_stop import RESERVED_PAUSE_REASONS, ensure_company_running, stopped_by_company
 from .host_commands import adapter_command_check
 from .run_policy import KNOBS
 from .runs import run_cancel
@@ -59,12 +60,19 @@ def agent_pause(*, actor: Actor, agent: Agent, reason: str = "", stop_runs: bool
     ``stop_runs`` (the API, as upstream) also cancels its live runs now, even when already paused."""
     ensure_board(actor)
     actor.ensure_can_write(agent.company_id)
+    if reason in RESERVED_PAUSE_REASONS:
+        raise InvalidInput(details={"reason": [f"'{reason}' is a reason the host sets; describe the board's own."]})
     with transaction.atomic():
         live = _lock_live_runs(agent) if stop_runs else []
         agent = _locked(agent)
         if agent.status == AgentStatus.TERMINATED:
             raise Conflict("A terminated agent cannot be paused.", code="agent_terminated")
-        if agent.status != AgentStatus.PAUSED:
+        if stopped_by_company(agent):  # the board's own pause: it outlasts the company's stop
+            agent.pause_reason = (reason or MANUAL_PAUSE)[:200]
+            agent.save(update_fields=["pause_reason", "updated_at"])
+            activity_record(actor=actor, company_id=agent.company_id, action="agent.paused", entity_type="agent",
+                            entity_id=agent.pk, details={"from": agent.status, "reason": agent.pause_reason})
+        elif agent.status != AgentStatus.PAUSED:
             previous = agent.status
             agent.status = AgentStatus.PAUSED
             agent.pause_reason = (reason or MANUAL_PAUSE)[:200]
@@ -89,6 +97,7 @@ def agent_resume(*, actor: Actor, agent: Agent, strict: bool = True) -> Agent:
             return agent
         if strict and agent.status != AgentStatus.PAUSED:
             raise Conflict("The agent is not paused.", code="agent_not_paused", details={"status": agent.status})
+        ensure_company_running(agent.company_id)
         agent.status = AgentStatus.IDLE
         agent.pause_reason = ""
         agent.save(update_fields=["status", "pause_reason", "updated_at"])
@@ -233,6 +242,7 @@ def agent_update(*, actor: Actor, agent: Agent, changes: dict) -> Agent:
             if status == AgentStatus.PAUSED:
                 agent = agent_pause(actor=actor, agent=agent, stop_runs=True)
             elif status is not None and status != agent.status:
+                ensure_company_running(agent.company_id)
                 agent.status, agent.pause_reason = status, ""
                 agent.save(update_fields=["status", "pause_reason", "updated_at"])
             if changed:

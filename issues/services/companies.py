@@ -8,6 +8,7 @@ from issues.models.agent import hash_key
 
 from .activity import activity_record
 from .agents import adapter_config_validate, ensure_board, ensure_can_create_agents, runtime_config_validate
+from .company_stop import company_for_stop, company_stop_reason
 from .host_commands import adapter_command_check
 
 
@@ -47,12 +48,16 @@ def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, 
     runtime_config_validate(runtime_config or {})
     try:
         with transaction.atomic():
+            # (locked: a status change being committed is waited for, and its sync then sees this agent)
+            stop = company_stop_reason(company_for_stop(company.pk, lock=True))
             agent = Agent.objects.create(
                 company=company, name=name, role=role, title=title, reports_to=reports_to,
                 adapter_type=adapter_type, adapter_config=adapter_config or {},
                 runtime_config=runtime_config or {}, budget_monthly_cents=budget_monthly_cents,
                 capabilities=capabilities, permissions=dict(permissions or {}), icon=icon or "",
                 metadata=dict(metadata or {}),
+                # born into a stopped company: paused with its reason, resumed when the stop lifts
+                **({"status": AgentStatus.PAUSED, "pause_reason": stop} if stop else {}),
             )
             activity_record(actor=actor, company_id=company.id, action="agent.created", entity_type="agent",
                             entity_id=agent.id, details={"name": name, "role": role})

@@ -13,17 +13,20 @@ from __future__ import annotations
 from datetime import datetime, timezone as dt_timezone
 
 from django.db import transaction
+from django.db.models import BigIntegerField, Case, Value, When
 from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
-from issues.choices import LIVE_RUN_STATUSES, AgentRole
+from issues.choices import LIVE_RUN_STATUSES, AgentRole, AgentStatus
 from issues.exceptions import Forbidden, InvalidInput, Unprocessable
 from issues.models import Agent, Company, CostEvent, Goal, HeartbeatRun, Issue, Project
 
 from .activity import activity_record
+from .company_stop import COMPANY_BUDGET, company_agents_sync_on_commit, company_stop_reason
 from .goals import ensure_org_write
 from .lookups import company_object
 from .runs import USAGE_MAX, _finish_stopped, _request_stop, _saturating_add
+from .periods import month_period
 from .scheduling import budgets_roll_month
 
 RUN_PROVIDER = "paperclip-run"  # the provider of the ledger rows run heartbeats write
@@ -51,46 +54,65 @@ def require_board(actor: Actor):
 
 
 # --- the ledger -----------------------------------------------------------------------------------
-def spend_add(*, company_id, agent_id, cents: int, run=None) -> bool:
+def spend_add(*, company_id, agent_id, cents: int, run=None) -> str | None:
     """Add ``cents`` to the agent's and the company's monthly spend (saturating at the column's
-    top). True when the agent's budget is reached: the budget stop is recorded (as a run heartbeat
-    does) and the caller stops what it must."""
+    top; the company's counter starts again when its month has turned). Returns why the caller must
+    stop what it is doing: ``budget_exceeded`` when the agent's budget is reached (the budget stop is
+    recorded, as a run heartbeat does), ``company_budget_exceeded`` when the company's is (crossing it
+    stops every agent of the company once this transaction commits: services.company_stop); else None."""
     if cents <= 0:
-        return False
+        return None
     cents = min(cents, USAGE_MAX)
     budgets_roll_month(agent_id=agent_id)  # spend belongs to the current month
     Agent.objects.filter(pk=agent_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents", cents))
-    Company.objects.filter(pk=company_id).update(spent_monthly_cents=_saturating_add("spent_monthly_cents", cents))
-    agent = Agent.objects.only("budget_monthly_cents", "spent_monthly_cents").get(pk=agent_id)
+    period = month_period()
+    Company.objects.filter(pk=company_id).update(
+        spent_monthly_cents=Case(When(spend_period=period, then=_saturating_add("spent_monthly_cents", cents)),
+                                 default=Value(cents, output_field=BigIntegerField()),
+                                 output_field=BigIntegerField()), spend_period=period)
+    agent = Agent.objects.select_related("company").only(
+        "budget_monthly_cents", "spent_monthly_cents", "company__status", "company__budget_monthly_cents",
+        "company__spent_monthly_cents", "company__spend_period").get(pk=agent_id)
+    stop = None
     if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
-        Agent.objects.filter(pk=agent_id).update(pause_reason=BUDGET_STOP)
+        # (a paused agent keeps the reason it was paused for: lifting that pause finds it)
+        Agent.objects.filter(pk=agent_id).exclude(status=AgentStatus.PAUSED).update(pause_reason=BUDGET_STOP)
         activity_record(actor=SYSTEM, company_id=company_id, action="agent.budget_exceeded", entity_type="agent",
                         entity_id=agent_id, run=run,
                         details={"spentCents": agent.spent_monthly_cents, "budgetCents": agent.budget_monthly_cents})
-        return True
-    return False
+        stop = BUDGET_STOP
+    company = agent.company
+    if company_stop_reason(company) == COMPANY_BUDGET:
+        if company.spent_monthly_cents - cents < company.budget_monthly_cents:  # this spend crossed it
+            activity_record(actor=SYSTEM, company_id=company_id, action="company.budget_exceeded",
+                            entity_type="company", entity_id=company_id, run=run,
+                            details={"spentCents": company.spent_monthly_cents,
+                                     "budgetCents": company.budget_monthly_cents, "period": period})
+            company_agents_sync_on_commit(company_id)
+        stop = COMPANY_BUDGET
+    return stop
 
 
 def ledger_record(*, company_id, agent_id, cost_cents: int, provider: str, model: str = "", biller: str = "",
                   billing_type: str = "unknown", input_tokens: int = 0, cached_input_tokens: int = 0,
                   output_tokens: int = 0, occurred_at=None, run=None, issue_id=None, project_id=None, goal_id=None,
-                  billing_code: str = "") -> tuple[CostEvent, bool]:
+                  billing_code: str = "") -> tuple[CostEvent, str | None]:
     """One ledger row, its cents added to this month's spend when it falls in this month. Returns
-    the row and whether the agent's budget is now reached. Call inside a transaction."""
+    the row and the budget stop the spend reached (``spend_add``), or None. Call inside a transaction."""
     occurred_at = occurred_at or timezone.now()
     event = CostEvent.objects.create(
         company_id=company_id, agent_id=agent_id, run=run, issue_id=issue_id, project_id=project_id,
         goal_id=goal_id, billing_code=billing_code, provider=provider, biller=biller or provider,
         billing_type=billing_type, model=model, input_tokens=input_tokens, cached_input_tokens=cached_input_tokens,
         output_tokens=output_tokens, cost_cents=cost_cents, occurred_at=occurred_at)
-    crossed = _in_current_month(occurred_at) and spend_add(company_id=company_id, agent_id=agent_id,
-                                                           cents=cost_cents, run=run)
-    return event, crossed
+    stop = spend_add(company_id=company_id, agent_id=agent_id, cents=cost_cents, run=run) \
+        if _in_current_month(occurred_at) else None
+    return event, stop
 
 
 def cost_event_create(*, actor: Actor, company, data: dict) -> CostEvent:
     """``POST /companies/{id}/cost-events``: the board for any agent of the company, an agent for
-    itself only. Crossing the agent's budget stops it as a heartbeat would, including the named
+    itself only. Reaching the agent's (or the company's) budget stops it as a heartbeat would, including the named
     run when it is still live."""
     ensure_org_write(actor, company.pk)
     agent = company_object(Agent, company.pk, data["agentId"], "agentId")
@@ -110,7 +132,7 @@ def cost_event_create(*, actor: Actor, company, data: dict) -> CostEvent:
     with transaction.atomic():
         if run is not None:  # the lock order is the run's row, then the agent's (the runner intake's order)
             run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)
-        event, crossed = ledger_record(
+        event, budget_stop = ledger_record(
             company_id=company.pk, agent_id=agent.pk, cost_cents=data["costCents"], provider=data["provider"],
             model=data["model"], biller=data.get("biller") or "", billing_type=data.get("billingType", "unknown"),
             input_tokens=data.get("inputTokens", 0), cached_input_tokens=data.get("cachedInputTokens", 0),
@@ -121,8 +143,8 @@ def cost_event_create(*, actor: Actor, company, data: dict) -> CostEvent:
                         entity_id=event.pk,
                         details={"agentId": str(agent.pk), "costCents": event.cost_cents, "provider": event.provider,
                                  "model": event.model, "heartbeatRunId": str(run.pk) if run else None})
-        if crossed and run is not None:
-            stop_now = run.status in LIVE_RUN_STATUSES and _request_stop(run, BUDGET_STOP)
+        if budget_stop and run is not None:
+            stop_now = run.status in LIVE_RUN_STATUSES and _request_stop(run, budget_stop)
     if stop_now:
         _finish_stopped([run])
     return event
@@ -206,4 +228,6 @@ def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
             activity_record(actor=actor, company_id=company.pk, action="company.budget_updated",
                             entity_type="company", entity_id=company.pk,
                             details={"budgetMonthlyCents": company.budget_monthly_cents, "previous": previous_budget})
+        if {"status", "budget_monthly_cents"} & set(changed):  # the company's stop may have begun or ended
+            company_agents_sync_on_commit(company.pk, actor)
     return company

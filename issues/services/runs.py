@@ -31,8 +31,9 @@ from issues.choices import (
 )
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotCheckoutOwner
 from issues.models import ActivityLog, Agent, HeartbeatRun, Issue, Project, RunEvent, WakeupRequest
+from paperclip.core import rows
 
-from .activity import activity_record
+from .activity import activity_record, activity_row
 from .fences import lock_details
 from .run_policy import KNOBS, run_policy_for
 from .start_rules import start_refusal
@@ -194,12 +195,12 @@ def _record_usage(run: HeartbeatRun, usage: dict) -> bool:
         return False
     from .costs import RUN_PROVIDER, ledger_record
 
-    _, budget_reached = ledger_record(
+    _, budget_stop = ledger_record(
         company_id=run.company_id, agent_id=run.agent_id, cost_cents=delta["cost_cents"], provider=RUN_PROVIDER,
         biller=run.adapter_type or RUN_PROVIDER, input_tokens=delta["input_tokens"],
         output_tokens=delta["output_tokens"], run=run, issue_id=run.issue_id)
     # Hard stop: this run is stopped now, not only the next one refused.
-    return _request_stop(run, "budget_exceeded") if budget_reached else False
+    return _request_stop(run, budget_stop) if budget_stop else False
 
 
 def run_usage_add(run: HeartbeatRun, *, input_tokens: int = 0, output_tokens: int = 0, cost_cents: int = 0):
@@ -556,8 +557,20 @@ def _pid_alive(pid: int) -> bool:
 
 
 def runs_promote_due_retries(*, now=None) -> int:
-    """Scheduled retries whose time has come join the dispatcher's queue."""
+    """Scheduled retries whose time has come join the dispatcher's queue, each with a
+    ``run.retry_due`` audit row. One read when none is due (every dispatch pass starts here); racing
+    callers skip each other's rows, so a retry is promoted and audited once."""
     now = now or timezone.now()
-    return HeartbeatRun.objects.filter(status=RunStatus.SCHEDULED_RETRY, scheduled_for__lte=now).update(
-        status=RunStatus.QUEUED, updated_at=now)
-
+    with transaction.atomic():
+        due = list(HeartbeatRun.objects.select_for_update(skip_locked=True)
+                   .filter(status=RunStatus.SCHEDULED_RETRY, scheduled_for__lte=now)
+                   .only("pk", "company_id", "retry_attempt", "scheduled_for"))
+        if not due:
+            return 0
+        HeartbeatRun.objects.filter(pk__in=[run.pk for run in due]).update(status=RunStatus.QUEUED, updated_at=now)
+        rows.insert_many([
+            activity_row(actor=SYSTEM, company_id=run.company_id, action="run.retry_due", entity_type="run",
+                         entity_id=run.pk, run=run,
+                         details={"retryAttempt": run.retry_attempt, "scheduledFor": run.scheduled_for.isoformat()})
+            for run in due])
+    return len(due)

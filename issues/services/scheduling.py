@@ -10,9 +10,11 @@ from issues import events
 
 from issues.actors import SYSTEM
 from issues.choices import AgentStatus, WakeSource
-from issues.models import Agent, WakeupRequest
+from issues.models import Agent, Company, WakeupRequest
 
 from .activity import activity_record
+from .company_stop import company_stops_reconcile
+from .periods import month_period
 from .runs import runs_promote_due_retries, runs_reap_stale
 from .wakeups import agent_wakeup, wakeups_fold_sweep
 
@@ -35,8 +37,9 @@ def timer_heartbeats(*, now=None) -> int:
 
 def budgets_roll_month(*, now=None, agent_id=None) -> int:
     """A new month starts an agent's spend at zero (and lifts a budget stop): every agent from the
-    sweep, one agent before its usage is added."""
-    period = (now or timezone.now()).strftime("%Y-%m")
+    sweep, one agent before its usage is added. (A company's spend starts again with its first spend
+    of the month, costs.spend_add, or here from the sweep.)"""
+    period = month_period(now)
     stale = Agent.objects.exclude(spend_period=period)
     if agent_id is not None:
         stale = stale.filter(pk=agent_id)
@@ -51,12 +54,21 @@ def budgets_roll_month(*, now=None, agent_id=None) -> int:
         return stale.update(spent_monthly_cents=0, spend_period=period)
 
 
+def companies_roll_month(*, now=None) -> int:
+    """A new month starts every company's spend at zero (its budget stop is lifted by the
+    reconcile that follows in the sweep: company_stop)."""
+    period = month_period(now)
+    return Company.objects.exclude(spend_period=period).update(spent_monthly_cents=0, spend_period=period)
+
+
 def sweep(*, owner: str, now=None) -> dict:
     from issues.workspaces.service import workspace_retention_sweep
 
     now = now or timezone.now()
     report = {
         "budgetResets": budgets_roll_month(now=now),
+        "companyBudgetResets": companies_roll_month(now=now),
+        "companyStops": company_stops_reconcile(now=now),
         "staleRuns": len(runs_reap_stale(now=now, owner=owner)),
         "dueRetries": runs_promote_due_retries(now=now),
         "timerWakes": timer_heartbeats(now=now),

@@ -37,6 +37,7 @@ from paperclip.core import rows
 
 from .activity import activity_context_current, activity_record
 from .kicks import kick_dispatcher
+from .start_rules import start_refusal
 
 ACTIONABLE = (IssueStatus.TODO, IssueStatus.IN_PROGRESS, IssueStatus.IN_REVIEW)
 # A new run races another wake for the agent's live slot (run_live_unique_*): the loser coalesces.
@@ -44,10 +45,9 @@ PLACE_ATTEMPTS = 5
 
 
 def _skip_reason(agent: Agent, issue: Issue | None, source: str, comment_ids: list[str], reason: str) -> str:
-    if agent.status in (AgentStatus.PAUSED, AgentStatus.TERMINATED):
-        return f"agent_{agent.status}"
-    if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
-        return "budget_exceeded"
+    refusal = start_refusal(agent)  # paused, terminated, over budget, or its company stopped
+    if refusal:
+        return refusal
     if issue is not None and issue.status in TERMINAL_ISSUE_STATUSES:
         return "issue_terminal"
     if comment_ids and not Comment.objects.filter(pk__in=comment_ids).exclude(author_agent=agent).exists():
