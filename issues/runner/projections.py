@@ -13,9 +13,9 @@ counted it as liveness. By ``eventType``:
   provider/model (``session.usage["charged"]``): ``round_half_up(total × 100)`` minus what was
   charged before, so many sub-cent deltas still add up. The batch's deltas are one ledger row per
   provider/model (``services.costs.ledger_record``, the ledger every run's spend goes through; the
-  run's totals grow with saturation, ``services.runs.run_usage_add``); when the agent's (or the company's) budget is
-  reached and the run does not end in this batch, the hard stop is ``run.cancel`` over the command
-  lane (``host_control.request_stop``).
+  run's totals grow with saturation, ``services.runs.run_usage_add``); when the agent's (or the
+  company's) budget is reached and the run does not end in this batch, the hard stop is
+  ``run.cancel`` over the command lane (``host_control.request_stop``), with that stop's reason.
 * ``run.result.proposed`` — ``session.proposed_result`` (the latest before the terminal; one after
   it is ignored, logged and listed in ``session.decision["ignoredResults"]``).
 * ``run.terminal`` — the first sets ``session.terminal`` / ``terminal_event_id``; the host decides
@@ -218,11 +218,11 @@ class _Batch:
         requests.project_request_event(session=self.session, event=event)
 
     # --- once per batch ---------------------------------------------------------------------------------
-    def _flush_usage(self) -> bool:
+    def _flush_usage(self) -> str | None:
         """The batch's run deltas into the run's totals and the ledger. Returns the budget stop reached
         (``budget_exceeded``, ``company_budget_exceeded``: costs.spend_add), or None."""
         if not self.usage:
-            return False
+            return None
         run, usage = self.run, self.session.usage
         charged = usage.setdefault("charged", {})
         reached = None

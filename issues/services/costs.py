@@ -25,8 +25,8 @@ from .activity import activity_record
 from .company_stop import COMPANY_BUDGET, company_agents_sync_on_commit, company_stop_reason
 from .goals import ensure_org_write
 from .lookups import company_object
-from .runs import USAGE_MAX, _finish_stopped, _request_stop, _saturating_add
 from .periods import month_period
+from .runs import USAGE_MAX, _finish_stopped, _request_stop, _saturating_add
 from .scheduling import budgets_roll_month
 
 RUN_PROVIDER = "paperclip-run"  # the provider of the ledger rows run heartbeats write
@@ -112,8 +112,8 @@ def ledger_record(*, company_id, agent_id, cost_cents: int, provider: str, model
 
 def cost_event_create(*, actor: Actor, company, data: dict) -> CostEvent:
     """``POST /companies/{id}/cost-events``: the board for any agent of the company, an agent for
-    itself only. Reaching the agent's (or the company's) budget stops it as a heartbeat would, including the named
-    run when it is still live."""
+    itself only. Reaching the agent's (or the company's) budget stops it as a heartbeat would,
+    including the named run when it is still live."""
     ensure_org_write(actor, company.pk)
     agent = company_object(Agent, company.pk, data["agentId"], "agentId")
     if actor.is_agent and agent.pk != actor.agent.pk:
