@@ -17,10 +17,11 @@ from issues.models import Agent, AgentApiKey, HeartbeatRun, WakeupRequest
 from issues.selectors import walk_up
 
 from .activity import activity_record
-from .company_stop import RESERVED_PAUSE_REASONS, ensure_company_running, stopped_by_company
+from .company_stop import RESERVED_PAUSE_REASONS, ensure_company_running
 from .host_commands import adapter_command_check
 from .run_policy import KNOBS
 from .runs import run_cancel
+from .start_rules import stopped_by_company
 from .wakeups import agent_wakeup, ensure_may_invoke
 
 MANUAL_PAUSE = "paused by the board"

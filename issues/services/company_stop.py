@@ -29,13 +29,12 @@ from issues.models import Agent, Company, HeartbeatRun
 from .activity import activity_record
 from .periods import month_period
 from .runs import run_cancel
-from .start_rules import COMPANY_REASONS
+from .start_rules import AGENT_BUDGET_STOP, COMPANY_REASONS, own_budget_spent, stopped_by_company
 
 log = logging.getLogger("issues.company_stop")
 
 COMPANY_ARCHIVED, COMPANY_PAUSED, COMPANY_BUDGET = COMPANY_REASONS  # (start_rules sits below runs and this module)
-AGENT_BUDGET = "budget_exceeded"  # the agent's own budget stop (costs.BUDGET_STOP)
-RESERVED_PAUSE_REASONS = (*COMPANY_REASONS, AGENT_BUDGET)  # set by the host, never typed by the board
+RESERVED_PAUSE_REASONS = (*COMPANY_REASONS, AGENT_BUDGET_STOP)  # set by the host, never typed by the board
 
 _MESSAGES = {COMPANY_ARCHIVED: "The company is archived: its agents do not run.",
              COMPANY_PAUSED: "The company is paused: its agents do not run until it is active again.",
@@ -53,13 +52,6 @@ def company_stop_reason(company: Company, now=None) -> str | None:
     if company.budget_monthly_cents and company.spent_monthly_cents >= company.budget_monthly_cents and \
             company.spend_period == month_period(now):
         return COMPANY_BUDGET
-    return None
-
-
-def stopped_by_company(agent: Agent) -> str | None:
-    """The company reason an agent row is paused for (no read), or None."""
-    if agent.status == AgentStatus.PAUSED and agent.pause_reason in COMPANY_REASONS:
-        return agent.pause_reason
     return None
 
 
@@ -132,8 +124,7 @@ def _lift(actor: Actor, company: Company, agents: list[Agent]) -> dict:
         if reason is None:
             continue
         budget_lifted = budget_lifted or reason == COMPANY_BUDGET
-        own_budget_spent = agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents
-        agent.status, agent.pause_reason = AgentStatus.IDLE, AGENT_BUDGET if own_budget_spent else ""
+        agent.status, agent.pause_reason = AgentStatus.IDLE, AGENT_BUDGET_STOP if own_budget_spent(agent) else ""
         agent.save(update_fields=["status", "pause_reason", "updated_at"])
         resumed += 1
         activity_record(actor=actor, company_id=company.pk, action="agent.resumed", entity_type="agent",

@@ -28,9 +28,10 @@ from .lookups import company_object
 from .periods import month_period
 from .runs import USAGE_MAX, _finish_stopped, _request_stop, _saturating_add
 from .scheduling import budgets_roll_month
+from .start_rules import AGENT_BUDGET_STOP, own_budget_spent
 
 RUN_PROVIDER = "paperclip-run"  # the provider of the ledger rows run heartbeats write
-BUDGET_STOP = "budget_exceeded"  # Agent.pause_reason while the monthly budget is spent (runs, wakeups, dispatch)
+BUDGET_STOP = AGENT_BUDGET_STOP  # Agent.pause_reason while the monthly budget is spent (runs, wakeups, dispatch)
 BILLING_TYPES = ("metered_api", "subscription_included", "subscription_overage", "credits", "fixed", "unknown")
 SUBSCRIPTION_BILLING = ("subscription_included", "subscription_overage")
 COMPANY_STATUSES = ("active", "paused", "archived")
@@ -74,7 +75,7 @@ def spend_add(*, company_id, agent_id, cents: int, run=None) -> str | None:
         "budget_monthly_cents", "spent_monthly_cents", "company__status", "company__budget_monthly_cents",
         "company__spent_monthly_cents", "company__spend_period").get(pk=agent_id)
     stop = None
-    if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
+    if own_budget_spent(agent):
         # (a paused agent keeps the reason it was paused for: lifting that pause finds it)
         Agent.objects.filter(pk=agent_id).exclude(status=AgentStatus.PAUSED).update(pause_reason=BUDGET_STOP)
         activity_record(actor=SYSTEM, company_id=company_id, action="agent.budget_exceeded", entity_type="agent",

@@ -15,6 +15,7 @@ from issues.models import Agent, Company, WakeupRequest
 from .activity import activity_record
 from .company_stop import company_stops_reconcile
 from .periods import month_period
+from .start_rules import AGENT_BUDGET_STOP
 from .runs import runs_promote_due_retries, runs_reap_stale
 from .wakeups import agent_wakeup, wakeups_fold_sweep
 
@@ -44,7 +45,7 @@ def budgets_roll_month(*, now=None, agent_id=None) -> int:
     if agent_id is not None:
         stale = stale.filter(pk=agent_id)
     with transaction.atomic(savepoint=False):  # (inside a usage write: its transaction, no savepoint)
-        stopped = stale.filter(pause_reason="budget_exceeded")
+        stopped = stale.filter(pause_reason=AGENT_BUDGET_STOP)
         lifted = list(stopped.values_list("pk", "company_id", "spent_monthly_cents"))
         if lifted:
             Agent.objects.filter(pk__in=[pk for pk, _, _ in lifted]).update(pause_reason="")

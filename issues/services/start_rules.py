@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from issues.choices import AgentStatus
 
+AGENT_BUDGET_STOP = "budget_exceeded"  # Agent.pause_reason while its own monthly budget is spent
 COMPANY_REASONS = ("company_archived", "company_paused", "company_budget_exceeded")  # company_stop's
+
+
+def own_budget_spent(agent) -> bool:
+    """The agent's own monthly budget (0: none) is spent."""
+    return bool(agent.budget_monthly_cents) and agent.spent_monthly_cents >= agent.budget_monthly_cents
+
+
+def stopped_by_company(agent) -> str | None:
+    """The company reason an agent row is paused for (no read), or None."""
+    if agent.status == AgentStatus.PAUSED and agent.pause_reason in COMPANY_REASONS:
+        return agent.pause_reason
+    return None
 
 
 def start_refusal(agent) -> str | None:
@@ -12,10 +25,11 @@ def start_refusal(agent) -> str | None:
     ``agent_terminated``, ``budget_exceeded`` or the company's stop (``company_paused``,
     ``company_archived``, ``company_budget_exceeded``: services.company_stop) — the run is cancelled
     with that reason; None when it may."""
-    if agent.status == AgentStatus.PAUSED and agent.pause_reason in COMPANY_REASONS:
-        return agent.pause_reason
+    company_reason = stopped_by_company(agent)
+    if company_reason:
+        return company_reason
     if agent.status in (AgentStatus.PAUSED, AgentStatus.TERMINATED):
         return f"agent_{agent.status}"
-    if agent.budget_monthly_cents and agent.spent_monthly_cents >= agent.budget_monthly_cents:
-        return "budget_exceeded"
+    if own_budget_spent(agent):
+        return AGENT_BUDGET_STOP
     return None
