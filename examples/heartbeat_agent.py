@@ -20,6 +20,8 @@ Options (environment):
                             delegate:       give the work to a child task (assignee
                                             EXAMPLE_AGENT_DELEGATE_TO, blockParentUntilDone) and exit;
                                             woken when the child is done, finish the parent
+                                            (naming the assignee needs tasks:assign: the agent's
+                                            canAssignTasks grant, canCreateAgents or the CEO role)
                             approval:       ask the board (request_board_approval) and exit; woken
                                             with PAPERCLIP_APPROVAL_ID, finish (approved) or explain
                                             (rejected / revision requested)

@@ -23,8 +23,8 @@ def host(live_server, settings):
     return live_server
 
 
-def example_agent(company, mode, **env):
-    return AgentFactory(company=company, adapter_type="process", adapter_config={
+def example_agent(company, mode, permissions=None, **env):
+    return AgentFactory(company=company, adapter_type="process", permissions=permissions or {}, adapter_config={
         "command": [sys.executable, AGENT], "env": {"EXAMPLE_AGENT_MODE": mode, **env}})
 
 
@@ -56,7 +56,9 @@ def run_log(run):
 @pytest.mark.django_db(transaction=True)
 def test_parent_blocked_on_its_child_is_woken_and_finished_without_a_nudge(host, company):
     worker = example_agent(company, "done")
-    manager = example_agent(company, "delegate", EXAMPLE_AGENT_DELEGATE_TO=str(worker.pk))
+    # delegating names the child's assignee: tasks:assign (the board's grant)
+    manager = example_agent(company, "delegate", permissions={"canAssignTasks": True},
+                            EXAMPLE_AGENT_DELEGATE_TO=str(worker.pk))
     created = board(company).post(f"/api/companies/{company.pk}/issues", {
         "title": "Ship the report", "assigneeAgentId": str(manager.pk)}, format="json")
     assert created.status_code == 201, created.content

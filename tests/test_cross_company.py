@@ -74,7 +74,8 @@ from tests.factories import (
 
 def build_company(prefix):
     company = CompanyFactory(issue_prefix=prefix, name=f"Company {prefix}", enable_cases=True)
-    agent = AgentFactory(company=company, name=f"{prefix.lower()}-engineer")
+    # It may assign (tasks:assign), so an assignee id's 404 below comes from the company boundary.
+    agent = AgentFactory(company=company, name=f"{prefix.lower()}-engineer", permissions={"canAssignTasks": True})
     agent_key, raw_key = agent_api_key_create(agent=agent)
     run = RunFactory(agent=agent, status="running", started_at=timezone.now())
     project = ProjectFactory(company=company)

@@ -20,7 +20,9 @@ def ada(make_agent_client, company):
 
 @pytest.fixture
 def bob(make_agent_client, company):
-    return make_agent_client(AgentFactory(company=company, name="bob"))
+    """Bob delegates: he holds tasks:assign (tests/test_tasks_assign.py), so what refuses him here is
+    the issue's owner or its lock."""
+    return make_agent_client(AgentFactory(company=company, name="bob", permissions={"canAssignTasks": True}))
 
 
 def error(response):
@@ -250,7 +252,8 @@ def test_the_creator_changes_the_issue_it_delegated_while_no_run_holds_it(compan
 
 
 def test_a_manager_delegates_to_a_report_and_manages_the_reports_issues(make_agent_client, company, board_client):
-    manager = make_agent_client(AgentFactory(company=company, name="mona", role="cto"))
+    manager = make_agent_client(AgentFactory(company=company, name="mona", role="cto",
+                                             permissions={"canAssignTasks": True}))  # delegating needs it
     report = make_agent_client(AgentFactory(company=company, name="rex", reports_to=manager.agent))
     peer = make_agent_client(AgentFactory(company=company, name="pia"))
     parent = IssueFactory(company=company, assignee_agent=manager.agent)

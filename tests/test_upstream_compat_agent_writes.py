@@ -106,6 +106,8 @@ def test_a_header_given_is_still_checked(me, company):
 
 
 def test_creating_an_issue_for_another_agent_wakes_it_without_a_header(me, company):
+    me.agent.permissions = {"canAssignTasks": True}  # naming an assignee needs tasks:assign
+    me.agent.save(update_fields=["permissions"])
     report = AgentFactory(company=company)
     created = me.post(f"/api/companies/{company.pk}/issues", {"title": "For you", "assigneeAgentId": str(report.pk)},
                       format="json")

@@ -47,9 +47,10 @@ def test_a_member_can_be_the_assignee_and_only_one_assignee_is_taken(board_clien
 
 
 def test_an_agent_hands_its_issue_back_to_a_person_for_review(make_agent_client, company, board_user):
-    """The skill: "If a human asks to take the task back, reassign to them and set in_review"."""
+    """The skill: "If a human asks to take the task back, reassign to them and set in_review". Handing
+    the issue back to the person who created it needs no tasks:assign (upstream's one exception)."""
     coder = make_agent_client(AgentFactory(company=company, name="coder"))
-    issue = IssueFactory(company=company, assignee_agent=coder.agent)
+    issue = IssueFactory(company=company, assignee_agent=coder.agent, created_by_user=board_user)
     claimed = coder.post(f"/api/issues/{issue.pk}/checkout",
                          {"agentId": str(coder.agent.pk), "expectedStatuses": ["todo"]}, format="json")
     assert claimed.status_code == 200, claimed.content

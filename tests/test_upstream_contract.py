@@ -765,8 +765,6 @@ def test_an_issue_may_be_created_in_progress(live_server):
     assert created.status_code == 201, created.text
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="differs: tasks:assign is not checked; an agent names any assignee of its "
-                                        "company")
 @pytest.mark.django_db(transaction=True)
 def test_naming_an_assignee_needs_tasks_assign(live_server):
     """Upstream: an agent without the grant (not CEO, no canCreateAgents) naming an assignee is a 403."""
@@ -779,6 +777,7 @@ def test_naming_an_assignee_needs_tasks_assign(live_server):
         created = api.post(f"/companies/{w.ids['company']}/issues",
                            json={"title": "For Spare", "assigneeAgentId": w.ids["spare"]})
     assert created.status_code == 403, created.text
+    assert created.json()["error"] == "Missing permission: tasks:assign"
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="differs: an agent's task tree stays two levels deep (seed 004); a "

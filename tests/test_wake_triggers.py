@@ -126,7 +126,7 @@ def test_a_dependent_that_was_not_marked_blocked_is_woken_without_a_status_chang
 
 @pytest.mark.django_db(transaction=True)
 def test_block_parent_until_done_child_finished_wakes_the_parent_once_over_http(live_server, company):
-    manager = AgentFactory(company=company, name="Mara")
+    manager = AgentFactory(company=company, name="Mara", permissions={"canAssignTasks": True})  # she delegates
     worker = AgentFactory(company=company, name="Ivo")
     _, manager_key = agent_api_key_create(agent=manager)
     _, worker_key = agent_api_key_create(agent=worker)

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from issues.adapters.base import REDACTED, SENSITIVE_NAME
 from issues.choices import AdapterType, AgentRole, AgentStatus
 from issues.exceptions import Unprocessable
-from issues.services.agents import agent_permissions
+from issues.services.agent_grants import agent_permissions
 
 from .serializers import AgentSerializer, CompanyBriefSerializer, IdField, RunEventSerializer, RunSerializer, StrictSerializer
 

@@ -17,6 +17,7 @@ from issues.models import Agent, AgentApiKey, HeartbeatRun, WakeupRequest
 from issues.selectors import walk_up
 
 from .activity import activity_record
+from .agent_grants import PERMISSION_KEYS, agent_permissions
 from .company_stop import RESERVED_PAUSE_REASONS, ensure_company_running
 from .host_commands import adapter_command_check
 from .run_policy import KNOBS
@@ -143,16 +144,9 @@ def agent_adapter_update(*, actor: Actor, agent: Agent, adapter_type: str, adapt
 
 
 # --- the upstream-compatible API (paperclip-api.md §5.1) ------------------------------------------
-PERMISSION_KEYS = ("canCreateAgents", "canAssignTasks")
 # runtime_config keys the host reads (run_policy, dispatch): each a non-negative integer.
 RUNTIME_INT_KEYS = tuple(key for key, _default in KNOBS.values()) + ("maxConcurrentRuns",)
 PATCH_STATUSES = (AgentStatus.ACTIVE, AgentStatus.IDLE, AgentStatus.PAUSED, AgentStatus.ERROR)
-
-
-def agent_permissions(agent: Agent) -> dict:
-    """Upstream's permission flags, both always present (missing means not granted)."""
-    granted = agent.permissions if isinstance(agent.permissions, dict) else {}
-    return {key: granted.get(key) is True for key in PERMISSION_KEYS}
 
 
 def ensure_can_create_agents(actor: Actor, company_id, *, sets_permissions: bool) -> None:

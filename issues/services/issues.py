@@ -26,6 +26,7 @@ from issues.workspaces.service import new_issue_workspace_fields
 from paperclip.core import rows
 
 from .activity import activity_record
+from .agent_grants import ensure_may_assign
 from .fences import ensure_may_change, ensure_owning_run
 from .labels import labels_resolve
 from .lookups import agent_ref_id, assignable_agent, assignable_user, company_object
@@ -125,6 +126,8 @@ def issue_create(
     own (two round trips). ``status=None`` (the API without a status): upstream's default, todo
     with an assignee, else backlog."""
     actor.ensure_can_write(company.pk)
+    if assignee_agent_id is not None or assignee_agent is not None or assignee_user_id is not None:
+        ensure_may_assign(actor, "assigneeUserId" if assignee_user_id is not None else "assigneeAgentId")
     if status == IssueStatus.IN_PROGRESS:
         raise Unprocessable("Issues start work through checkout, not by creation in progress.",
                             code="use_checkout", details={"status": ["in_progress is reached by checkout."]})
@@ -403,7 +406,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
                 diff[BLOCKERS_FIELD] = [old_ids, new_ids]
             else:
                 new_blockers = None
-        reassigned = False
+        reassigned, assigned_before = False, (issue.assignee_agent_id, issue.assignee_user_id)
         if "assignee_agent_id" in changes:
             new_id = agent_ref_id(issue.company_id, changes["assignee_agent_id"])  # a UUID or shortname
             if str(new_id or "") != str(issue.assignee_agent_id or ""):  # keeping a terminated assignee is no change
@@ -425,6 +428,9 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
                 set_field("assignee_user_id", user.pk)
             elif user is None:
                 set_field("assignee_user_id", None)
+        if (issue.assignee_agent_id, issue.assignee_user_id) != assigned_before and \
+                not _handed_back_to_creator(actor, issue, assigned_before[0]):
+            ensure_may_assign(actor, "assigneeUserId" if "assignee_user_id" in changes else "assigneeAgentId")
         new_status = changes.get("status")
         if new_status is None and reassigned and issue.status == IssueStatus.IN_PROGRESS:
             new_status = IssueStatus.TODO  # a new owner starts with a fresh checkout
@@ -504,6 +510,13 @@ def _apply_parent_change(actor, issue, parent_id, set_field):
         return adjustment
     set_field("parent_id", requested.pk if requested else None)
     return None
+
+
+def _handed_back_to_creator(actor: Actor, issue: Issue, agent_before) -> bool:
+    """Upstream's one exception to ``tasks:assign`` on a reassignment: an agent hands its own issue
+    back to the person who created it."""
+    return (actor.is_agent and agent_before == actor.agent.pk and issue.assignee_agent_id is None
+            and issue.assignee_user_id is not None and issue.assignee_user_id == issue.created_by_user_id)
 
 
 def _shown(value):
