@@ -1,9 +1,10 @@
 """Django admin for the issues app.
 
-Plain rows (companies, members, projects, goals, agents, approvals …) are edited directly;
+Plain rows (companies, members, projects, goals, approvals …) are edited directly;
 the model constraints are checked by the admin forms. Rows whose writes carry invariants
 go through the services instead: issues are changed with ``issue_update`` (priority rank,
-status timestamps, lock clearing, activity log), API keys are only created by
+status timestamps, lock clearing, activity log), agents with ``agent_create``, ``agent_update``
+and ``agent_terminate`` (run stops, key revocation, the company's stop, activity log), API keys are only created by
 ``agent_api_key_create`` and revoked by ``agent_api_key_revoke``. The audit trail, document
 revisions and the run machinery are read-only here.
 """
@@ -17,6 +18,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html, format_html_join
 
 from issues.actors import Actor
+from issues.choices import AgentStatus
 from issues.exceptions import ApiError, InvalidInput
 from issues.models import (
     ActivityLog,
@@ -46,7 +48,7 @@ from issues.models import (
     WorkProduct,
 )
 from issues.models import ApprovalComment, BoardApiKey, CostEvent, Label
-from issues.services.agents import adapter_config_validate
+from issues.services.agents import AGENT_FIELDS, adapter_config_validate
 
 AUDIT_FIELDS = ("id", "created_at", "updated_at")
 
@@ -261,18 +263,37 @@ class AgentAdminForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        company = cleaned.get("company") or getattr(self.instance, "company", None)
         try:
-            company = cleaned.get("company") or getattr(self.instance, "company", None)
             adapter_config_validate(cleaned.get("adapter_type") or "none", cleaned.get("adapter_config") or {},
                                     company_id=getattr(company, "pk", None))
         except InvalidInput as exc:
             for field, reasons in exc.details.items():
                 self.add_error("adapter_type" if field == "adapterType" else "adapter_config", reasons)
+        manager = cleaned.get("reports_to")
+        if manager is not None and company is not None and manager.company_id != company.pk:
+            self.add_error("reports_to", "Must belong to the agent's company.")
         return cleaned
+
+    def _post_clean(self):
+        # The row is written by agent_create / agent_update / agent_terminate (AgentAdmin.save_model),
+        # which compare against the stored row: the form must not apply its values to it first.
+        pass
+
+
+# Form field -> agent_update change key (upstream's names, as PATCH /api/agents/{id} takes them).
+AGENT_CHANGE_KEYS = {**{field: api for api, field in AGENT_FIELDS.items()}, "status": "status"}
+AGENT_CREATE_FIELDS = ("name", "role", "title", "reports_to", "capabilities", "adapter_type", "adapter_config",
+                       "runtime_config", "budget_monthly_cents")
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    """Agents are created by ``agent_create`` (born paused in a stopped company) and changed by
+    ``agent_update`` (a pause stops live runs, a resume checks the company's stop and the host-only
+    statuses are refused) or ``agent_terminate`` (keys revoked, runs cancelled), as through the API;
+    the pause reason is the services' to set, the company fixed once created."""
+
     form = AgentAdminForm
     list_display = ("name", "company", "role", "status", "adapter_type", "reports_to", "last_heartbeat_at",
                     "updated_at")
@@ -280,7 +301,7 @@ class AgentAdmin(admin.ModelAdmin):
     search_fields = ("name", "title", "capabilities")
     list_select_related = ("company", "reports_to")
     autocomplete_fields = ("company", "reports_to")
-    readonly_fields = (*AUDIT_FIELDS, "last_heartbeat_at", "spent_monthly_cents")
+    readonly_fields = (*AUDIT_FIELDS, "last_heartbeat_at", "spent_monthly_cents", "pause_reason")
     fieldsets = (
         (None, {"fields": ("company", "name", "title", "role", "status", "pause_reason", "reports_to",
                            "capabilities")}),
@@ -289,6 +310,37 @@ class AgentAdmin(admin.ModelAdmin):
         ("Audit", {"fields": (*AUDIT_FIELDS, "last_heartbeat_at")}),
     )
     inlines = [AgentApiKeyInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = super().get_readonly_fields(request, obj)
+        # a new agent starts idle (or paused by its company's stop); an agent never changes company
+        return (*fields, "status") if obj is None else (*fields, "company")
+
+    def save_model(self, request, obj, form, change):
+        from issues.services.agents import agent_terminate, agent_update
+        from issues.services.companies import agent_create
+
+        actor, data = Actor(user=request.user), form.cleaned_data
+        if not change:
+            created = agent_create(company=data["company"], actor=actor,
+                                   **{name: data[name] for name in AGENT_CREATE_FIELDS if name in data})
+            obj.pk, obj._state.adding = created.pk, False
+        else:
+            changes = {AGENT_CHANGE_KEYS[name]: data[name] for name in form.changed_data if name in AGENT_CHANGE_KEYS}
+            terminate = changes.pop("status", None) if changes.get("status") == AgentStatus.TERMINATED else None
+            if changes:
+                obj = agent_update(actor=actor, agent=obj, changes=changes)
+            if terminate:
+                agent_terminate(actor=actor, agent=obj)
+        obj.refresh_from_db()
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ApiError as exc:
+            # The admin wraps the change in a transaction, so nothing was written.
+            self.message_user(request, f"Not saved: {_error_text(exc)}", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
 
 
 @admin.register(AgentApiKey)
