@@ -1,10 +1,12 @@
 """Django admin for the issues app.
 
-Plain rows (companies, members, projects, goals, approvals …) are edited directly;
+Plain rows (companies, members, projects, goals …) are edited directly;
 the model constraints are checked by the admin forms. Rows whose writes carry invariants
 go through the services instead: issues are changed with ``issue_update`` (priority rank,
 status timestamps, lock clearing, activity log), agents with ``agent_create``, ``agent_update``
-and ``agent_terminate`` (run stops, key revocation, the company's stop, activity log), API keys are only created by
+and ``agent_terminate`` (run stops, key revocation, the company's stop, activity log), approvals
+are decided with ``approval_decide`` (the requester's wake), blockers and approval links are only
+shown (the API and the console set them), API keys are only created by
 ``agent_api_key_create`` and revoked by ``agent_api_key_revoke``. The audit trail, document
 revisions and the run machinery are read-only here.
 """
@@ -18,7 +20,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html, format_html_join
 
 from issues.actors import Actor
-from issues.choices import AgentStatus
+from issues.choices import AgentStatus, ApprovalStatus
 from issues.exceptions import ApiError, InvalidInput
 from issues.models import (
     ActivityLog,
@@ -486,13 +488,17 @@ class IssueAdmin(admin.ModelAdmin):
 
 
 @admin.register(IssueRelation)
-class IssueRelationAdmin(admin.ModelAdmin):
+class IssueRelationAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Blockers are set through the API and the console (``relation_add``, ``blockedByIssueIds``):
+    same company only, never a cycle, and a removed blocker returns its issue to work."""
+
     list_display = ("issue", "kind", "related_issue", "company", "created_at")
     list_filter = ("kind", "company")
     search_fields = ("issue__identifier", "related_issue__identifier")
     list_select_related = ("issue", "related_issue", "company")
-    autocomplete_fields = ("company", "issue", "related_issue")
-    readonly_fields = ("created_at",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 # --- the issue thread --------------------------------------------------------------------------------
@@ -588,36 +594,74 @@ class InteractionAdmin(admin.ModelAdmin):
 # --- approvals ---------------------------------------------------------------------------------------
 
 
-class ApprovalIssueInline(admin.TabularInline):
+class ApprovalIssueInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = ApprovalIssue
-    extra = 0
-    autocomplete_fields = ("issue",)
-    readonly_fields = ("created_at",)
+    fields = ("issue", "created_at")
+    readonly_fields = fields
 
 
 @admin.register(Approval)
 class ApprovalAdmin(admin.ModelAdmin):
+    """Approvals are requested through the API (``approval_create``) and decided by the actions here,
+    which are ``approval_decide`` (the requesting agent is woken, the decision audited); only the
+    title is edited in place."""
+
     list_display = ("title", "company", "type", "status", "requested_by", "decided_at", "created_at")
     list_filter = ("status", "type", "company")
     search_fields = ("title", "decision_note")
     list_select_related = ("company", "requested_by_agent", "requested_by_user")
-    autocomplete_fields = ("company", "requested_by_agent")
-    raw_id_fields = ("requested_by_user", "decided_by_user")
-    readonly_fields = (*AUDIT_FIELDS, "decided_at")
+    fields = ("company", "type", "status", "title", "payload", "requested_by_agent", "requested_by_user",
+              "decided_by_user", "decision_note", "decided_at", *AUDIT_FIELDS)
+    readonly_fields = tuple(name for name in fields if name != "title")
     inlines = [ApprovalIssueInline]
+    actions = ["approve", "reject", "request_revision"]
+
+    def has_add_permission(self, request):
+        return False
 
     @admin.display(description="requested by")
     def requested_by(self, obj):
         return obj.requested_by_agent or obj.requested_by_user or "—"
 
+    def _decide(self, request, queryset, status):
+        from issues.services.approvals import approval_decide
+
+        actor, decided, refused = Actor(user=request.user), 0, []
+        for approval in queryset:
+            try:
+                approval_decide(actor=actor, approval=approval, status=status)
+                decided += 1
+            except ApiError as exc:
+                refused.append(f"{approval.title}: {_error_text(exc)}")
+        if decided:
+            self.message_user(request, f"{status.replace('_', ' ').capitalize()}: {decided} approval(s).",
+                              messages.SUCCESS)
+        for line in refused:
+            self.message_user(request, f"Not decided: {line}", messages.ERROR)
+
+    @admin.action(description="Approve selected approvals")
+    def approve(self, request, queryset):
+        self._decide(request, queryset, ApprovalStatus.APPROVED)
+
+    @admin.action(description="Reject selected approvals")
+    def reject(self, request, queryset):
+        self._decide(request, queryset, ApprovalStatus.REJECTED)
+
+    @admin.action(description="Request a revision of selected approvals")
+    def request_revision(self, request, queryset):
+        self._decide(request, queryset, ApprovalStatus.REVISION_REQUESTED)
+
 
 @admin.register(ApprovalIssue)
-class ApprovalIssueAdmin(admin.ModelAdmin):
+class ApprovalIssueAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Links are made with the approval (``approval_create``) or through the API."""
+
     list_display = ("approval", "issue", "created_at")
     search_fields = ("approval__title", "issue__identifier")
     list_select_related = ("approval", "issue")
-    autocomplete_fields = ("approval", "issue")
-    readonly_fields = ("created_at",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 # --- run machinery -----------------------------------------------------------------------------------

@@ -1,14 +1,18 @@
-"""The Agent admin writes through the agent services, as the API does: a status change pauses
-(stopping live runs), resumes (not while the company is stopped) or terminates (keys revoked);
-a new agent is created by ``agent_create``; the pause reason and the company are not edited here."""
+"""The admin writes through the services, as the API does. Agents: a status change pauses (stopping
+live runs), resumes (not while the company is stopped) or terminates (keys revoked); a new agent is
+created by ``agent_create``; the pause reason and the company are not edited here. Approvals are
+decided by actions that are ``approval_decide``; blockers and approval links are not edited here."""
 import re
 
 import pytest
 from django.urls import reverse
 
-from issues.models import ActivityLog, Agent, AgentApiKey, HeartbeatRun
+from issues.models import ActivityLog, Agent, AgentApiKey, Approval, ApprovalIssue, HeartbeatRun, IssueRelation
+from issues.models import WakeupRequest
 from issues.services.companies import agent_api_key_create
-from tests.factories import AgentFactory, CompanyFactory, RunFactory
+from issues.actors import SYSTEM
+from issues.services.issues import relation_add
+from tests.factories import AgentFactory, CompanyFactory, IssueFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +128,56 @@ def test_an_agent_added_in_the_admin_is_born_paused_in_a_stopped_company(admin_c
     assert entry.actor_user == admin_user
     assert not AgentApiKey.objects.filter(agent=created).exists()
     assert not HeartbeatRun.objects.filter(agent=created).exists()
+
+
+# --- approvals, blockers, approval links -------------------------------------------------------------
+
+
+@pytest.fixture
+def approval(agent):
+    issue = IssueFactory(company=agent.company, assignee_agent=agent)
+    approval = Approval.objects.create(company=agent.company, title="Hire a designer", requested_by_agent=agent)
+    ApprovalIssue.objects.create(approval=approval, issue=issue)
+    return approval
+
+
+def decide(client, action, *approvals):
+    return client.post(reverse("admin:issues_approval_changelist"),
+                       {"action": action, "_selected_action": [str(a.pk) for a in approvals]}, follow=True)
+
+
+def test_approving_in_the_admin_wakes_the_requester_and_is_audited(admin_client, admin_user, approval, agent):
+    response = decide(admin_client, "approve", approval)
+    assert "Approved: 1 approval(s)." in response.content.decode()
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by_user) == ("approved", admin_user)
+    assert ActivityLog.objects.get(action="approval.approved", entity_id=str(approval.pk)).actor_user == admin_user
+    wake = WakeupRequest.objects.get(agent=agent)
+    assert wake.reason == "approval_approved" and wake.context["approvalId"] == str(approval.pk)
+
+
+def test_a_decision_the_service_refuses_is_reported_and_changes_nothing(admin_client, approval):
+    decide(admin_client, "reject", approval)
+    response = decide(admin_client, "approve", approval)
+    assert "Not decided: Hire a designer: Only pending or revision requested approvals can be approved" in \
+        response.content.decode()
+    approval.refresh_from_db()
+    assert approval.status == "rejected"
+
+
+def test_approvals_are_not_added_and_their_status_is_not_edited_in_place(admin_client, approval):
+    assert admin_client.get(reverse("admin:issues_approval_add")).status_code == 403
+    page = admin_client.get(reverse("admin:issues_approval_change", args=[approval.pk])).content.decode()
+    assert 'name="title"' in page
+    assert not re.search(r'name="(status|company|decided_by_user|issues-0-issue)"', page)
+
+
+def test_blockers_and_approval_links_are_not_written_in_the_admin(admin_client, approval):
+    blocked = approval.issues.get()
+    relation = relation_add(actor=SYSTEM, blocker=IssueFactory(company=blocked.company), blocked=blocked)
+    link = ApprovalIssue.objects.get(approval=approval)
+    for model, row in (("issuerelation", relation), ("approvalissue", link)):
+        assert admin_client.get(reverse(f"admin:issues_{model}_add")).status_code == 403
+        assert admin_client.post(reverse(f"admin:issues_{model}_delete", args=[row.pk]),
+                                 {"post": "yes"}).status_code == 403
+    assert IssueRelation.objects.filter(pk=relation.pk).exists() and ApprovalIssue.objects.filter(pk=link.pk).exists()
