@@ -92,6 +92,35 @@ class ViewOnlyAdminMixin:
         return False
 
 
+class ServiceWrittenForm(forms.ModelForm):
+    """A change form whose row a service writes (the admin's save_model): the service compares with
+    the stored row and checks the constraints, so the form does not apply its values to it first."""
+
+    def _post_clean(self):
+        pass
+
+
+class FixedCompanyMixin:
+    """A row never changes company once created: what refers to it (issues, runs, keys, goals)
+    stays in that company."""
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = super().get_readonly_fields(request, obj)
+        return (*fields, "company") if obj is not None else fields
+
+
+class ServiceWriteAdminMixin:
+    """A service's refusal (an ApiError) is shown on the form's page; the admin wraps the change in a
+    transaction, so nothing was written."""
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ApiError as exc:
+            self.message_user(request, f"Not saved: {_error_text(exc)}", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+
 # --- companies, members, projects, goals ---------------------------------------------------------
 
 
@@ -169,7 +198,7 @@ def _settings_rows(rows) -> str:
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(FixedCompanyMixin, admin.ModelAdmin):
     form = ProjectAdminForm
     list_display = ("name", "company", "status", "updated_at")
     list_filter = ("status", "company")
@@ -239,14 +268,46 @@ class ProjectAdmin(admin.ModelAdmin):
         return format_html_join("", "{}", ((part,) for part in parts))
 
 
+class GoalAdminForm(ServiceWrittenForm):
+    class Meta:
+        model = Goal
+        fields = "__all__"
+
+
+# Form field -> goal_update change key (the API's names); a related row goes as its id.
+GOAL_CHANGE_KEYS = {"title": "title", "description": "description", "level": "level", "status": "status",
+                    "parent": "parentId", "owner_agent": "ownerAgentId"}
+
+
 @admin.register(Goal)
-class GoalAdmin(admin.ModelAdmin):
+class GoalAdmin(FixedCompanyMixin, ServiceWriteAdminMixin, admin.ModelAdmin):
+    """Goals are written by ``goal_create`` / ``goal_update`` (a parent and an owner of the goal's
+    company, never a cycle, audited); a goal never changes company."""
+
+    form = GoalAdminForm
     list_display = ("title", "company", "level", "status", "parent", "updated_at")
     list_filter = ("level", "status", "company")
     search_fields = ("title", "description")
     list_select_related = ("company", "parent")
-    autocomplete_fields = ("company", "parent")
+    autocomplete_fields = ("company", "parent", "owner_agent")
     readonly_fields = AUDIT_FIELDS
+
+    def save_model(self, request, obj, form, change):
+        from issues.services.goals import goal_create, goal_update
+
+        actor, data = Actor(user=request.user), form.cleaned_data
+        changes = {GOAL_CHANGE_KEYS[name]: getattr(data[name], "pk", data[name]) for name in form.changed_data
+                   if name in GOAL_CHANGE_KEYS}
+        if change:
+            if changes:
+                goal_update(actor=actor, goal=obj, changes=changes)
+        else:
+            created = goal_create(actor=actor, company=data["company"], title=data["title"],
+                                  description=data.get("description") or "", level=data["level"],
+                                  status=data["status"], parent_id=getattr(data.get("parent"), "pk", None),
+                                  owner_agent_id=getattr(data.get("owner_agent"), "pk", None))
+            obj.pk, obj._state.adding = created.pk, False
+        obj.refresh_from_db()
 
 
 # --- agents and keys ---------------------------------------------------------------------------------
@@ -258,7 +319,7 @@ class AgentApiKeyInline(ReadOnlyInlineMixin, admin.TabularInline):
     readonly_fields = fields
 
 
-class AgentAdminForm(forms.ModelForm):
+class AgentAdminForm(ServiceWrittenForm):
     class Meta:
         model = Agent
         fields = "__all__"
@@ -277,11 +338,6 @@ class AgentAdminForm(forms.ModelForm):
             self.add_error("reports_to", "Must belong to the agent's company.")
         return cleaned
 
-    def _post_clean(self):
-        # The row is written by agent_create / agent_update / agent_terminate (AgentAdmin.save_model),
-        # which compare against the stored row: the form must not apply its values to it first.
-        pass
-
 
 # Form field -> agent_update change key (upstream's names, as PATCH /api/agents/{id} takes them).
 AGENT_CHANGE_KEYS = {**{field: api for api, field in AGENT_FIELDS.items()}, "status": "status"}
@@ -290,7 +346,7 @@ AGENT_CREATE_FIELDS = ("name", "role", "title", "reports_to", "capabilities", "a
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(FixedCompanyMixin, ServiceWriteAdminMixin, admin.ModelAdmin):
     """Agents are created by ``agent_create`` (born paused in a stopped company) and changed by
     ``agent_update`` (a pause stops live runs, a resume checks the company's stop and the host-only
     statuses are refused) or ``agent_terminate`` (keys revoked, runs cancelled), as through the API;
@@ -315,8 +371,8 @@ class AgentAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = super().get_readonly_fields(request, obj)
-        # a new agent starts idle (or paused by its company's stop); an agent never changes company
-        return (*fields, "status") if obj is None else (*fields, "company")
+        # a new agent starts idle (or paused by its company's stop)
+        return (*fields, "status") if obj is None else fields
 
     def save_model(self, request, obj, form, change):
         from issues.services.agents import agent_terminate, agent_update
@@ -335,14 +391,6 @@ class AgentAdmin(admin.ModelAdmin):
             if terminate:
                 agent_terminate(actor=actor, agent=obj)
         obj.refresh_from_db()
-
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
-        except ApiError as exc:
-            # The admin wraps the change in a transaction, so nothing was written.
-            self.message_user(request, f"Not saved: {_error_text(exc)}", messages.ERROR)
-            return HttpResponseRedirect(request.get_full_path())
 
 
 @admin.register(AgentApiKey)
@@ -398,7 +446,7 @@ class CommentInline(ReadOnlyInlineMixin, admin.TabularInline):
         return _short(obj.body, 200)
 
 
-class IssueAdminForm(forms.ModelForm):
+class IssueAdminForm(ServiceWrittenForm):
     class Meta:
         model = Issue
         fields = ("title", "description", "status", "priority", "assignee_agent", "parent", "project", "goal")
@@ -411,11 +459,6 @@ class IssueAdminForm(forms.ModelForm):
             if value is not None and value.company_id != company_id:
                 self.add_error(name, "Must belong to the issue's company.")
         return cleaned
-
-    def _post_clean(self):
-        # Constraints are enforced by issue_update (it also clears locks and fixes the rank);
-        # checking them here against a half-applied instance would report false violations.
-        pass
 
 
 # Form field -> issue_update change key.
@@ -432,7 +475,7 @@ ISSUE_CHANGE_KEYS = {
 
 
 @admin.register(Issue)
-class IssueAdmin(admin.ModelAdmin):
+class IssueAdmin(ServiceWriteAdminMixin, admin.ModelAdmin):
     """Issues are numbered by ``issue_create``; changes go through ``issue_update``."""
 
     form = IssueAdminForm
@@ -477,14 +520,6 @@ class IssueAdmin(admin.ModelAdmin):
         if changes:
             issue_update(actor=Actor(user=request.user), issue=obj, changes=changes)
             obj.refresh_from_db()
-
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
-        except ApiError as exc:
-            # The admin wraps the change in a transaction, so nothing was written.
-            self.message_user(request, f"Not saved: {_error_text(exc)}", messages.ERROR)
-            return HttpResponseRedirect(request.get_full_path())
 
 
 @admin.register(IssueRelation)
@@ -566,14 +601,18 @@ class DocumentRevisionAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(WorkProduct)
 class WorkProductAdmin(admin.ModelAdmin):
+    """Work products are recorded by agents and runs through the API; here their description is
+    corrected, never the issue, run or company they belong to."""
+
     list_display = ("title", "kind", "issue", "status", "url", "created_at")
     list_filter = ("kind", "status", "company")
     search_fields = ("title", "url", "external_id", "issue__identifier")
     list_select_related = ("issue",)
-    autocomplete_fields = ("company", "issue")
-    raw_id_fields = ("run",)
-    readonly_fields = AUDIT_FIELDS
+    readonly_fields = (*AUDIT_FIELDS, "company", "issue", "run")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    def has_add_permission(self, request):
+        return False
 
 
 @admin.register(Interaction)

@@ -1,18 +1,19 @@
 """The admin writes through the services, as the API does. Agents: a status change pauses (stopping
 live runs), resumes (not while the company is stopped) or terminates (keys revoked); a new agent is
 created by ``agent_create``; the pause reason and the company are not edited here. Approvals are
-decided by actions that are ``approval_decide``; blockers and approval links are not edited here."""
+decided by actions that are ``approval_decide``; blockers and approval links are not edited here.
+Goals are written by ``goal_create`` / ``goal_update``; no row moves to another company."""
 import re
 
 import pytest
 from django.urls import reverse
 
 from issues.models import ActivityLog, Agent, AgentApiKey, Approval, ApprovalIssue, HeartbeatRun, IssueRelation
-from issues.models import WakeupRequest
+from issues.models import Goal, WakeupRequest, WorkProduct
 from issues.services.companies import agent_api_key_create
 from issues.actors import SYSTEM
 from issues.services.issues import relation_add
-from tests.factories import AgentFactory, CompanyFactory, IssueFactory, RunFactory
+from tests.factories import AgentFactory, CompanyFactory, GoalFactory, IssueFactory, ProjectFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -181,3 +182,62 @@ def test_blockers_and_approval_links_are_not_written_in_the_admin(admin_client, 
         assert admin_client.post(reverse(f"admin:issues_{model}_delete", args=[row.pk]),
                                  {"post": "yes"}).status_code == 403
     assert IssueRelation.objects.filter(pk=relation.pk).exists() and ApprovalIssue.objects.filter(pk=link.pk).exists()
+
+
+# --- goals, and rows that never change company -------------------------------------------------------
+
+
+def post_goal(client, goal=None, **fields):
+    url = reverse("admin:issues_goal_change", args=[goal.pk]) if goal else reverse("admin:issues_goal_add")
+    data = {"title": goal.title if goal else "", "description": "", "level": goal.level if goal else "team",
+            "status": goal.status if goal else "active", "parent": str(goal.parent_id or "") if goal else "",
+            "owner_agent": ""}
+    data.update(fields)
+    return client.post(url, data, follow=True)
+
+
+def test_goal_changes_go_through_the_service(admin_client, admin_user, agent):
+    goal = GoalFactory(company=agent.company, title="Ship v1")
+    response = post_goal(admin_client, goal, status="achieved", owner_agent=str(agent.pk))
+    assert "was changed successfully" in response.content.decode()
+    goal.refresh_from_db()
+    assert (goal.status, goal.owner_agent_id) == ("achieved", agent.pk)
+    entry = ActivityLog.objects.get(action="goal.updated", entity_id=str(goal.pk))
+    assert entry.details["changedKeys"] == ["ownerAgentId", "status"] and entry.actor_user == admin_user
+
+
+def test_a_goal_cycle_or_a_parent_of_another_company_is_refused(admin_client, agent):
+    top = GoalFactory(company=agent.company, title="Top")
+    child = GoalFactory(company=agent.company, title="Child", parent=top)
+    response = post_goal(admin_client, top, parent=str(child.pk))
+    assert "Not saved: A goal cannot be its own ancestor." in response.content.decode()
+    foreign = GoalFactory(company=CompanyFactory())
+    assert "Not saved" in post_goal(admin_client, child, parent=str(foreign.pk)).content.decode()
+    top.refresh_from_db()
+    child.refresh_from_db()
+    assert (top.parent_id, child.parent_id) == (None, top.pk)
+
+
+def test_a_goal_added_in_the_admin_is_audited(admin_client, admin_user, agent):
+    response = post_goal(admin_client, company=str(agent.company.pk), title="Grow", level="company")
+    assert "was added successfully" in response.content.decode()
+    goal = Goal.objects.get(company=agent.company, title="Grow")
+    assert ActivityLog.objects.get(action="goal.created", entity_id=str(goal.pk)).actor_user == admin_user
+
+
+@pytest.mark.parametrize("model", ["agent", "goal", "project"])
+def test_no_row_moves_to_another_company(admin_client, agent, model):
+    row = {"agent": agent, "goal": GoalFactory(company=agent.company),
+           "project": ProjectFactory(company=agent.company)}[model]
+    page = admin_client.get(reverse(f"admin:issues_{model}_change", args=[row.pk])).content.decode()
+    assert 'name="title"' in page or 'name="name"' in page
+    assert not re.search(r'name="company"', page)
+
+
+def test_work_products_keep_their_issue_and_company(admin_client, agent):
+    issue = IssueFactory(company=agent.company)
+    product = WorkProduct.objects.create(company=agent.company, issue=issue, kind="pull_request", title="PR #1",
+                                         url="https://example.com/pr/1")
+    assert admin_client.get(reverse("admin:issues_workproduct_add")).status_code == 403
+    page = admin_client.get(reverse("admin:issues_workproduct_change", args=[product.pk])).content.decode()
+    assert 'name="title"' in page and not re.search(r'name="(company|issue|run)"', page)
