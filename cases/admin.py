@@ -1,24 +1,57 @@
-"""Django admin for cases. Cases and definitions are plain rows; events and handoffs are audit."""
+"""Django admin for cases. Writes go through the case services, as through the API: a case's facts
+(title, summary, fields) with ``case_update``, workflow definitions with
+``workflow_definition_create`` / ``_update`` (name unique per company, fingerprint, audit). A case is
+created, linked, handed off and closed through the API and the console; its links, events and
+handoffs are shown here, not edited."""
 from django.contrib import admin
 
+from issues.actors import Actor
+from issues.admin_mixins import (
+    FixedCompanyMixin,
+    ReadOnlyInlineMixin,
+    ServiceWriteAdminMixin,
+    ServiceWrittenForm,
+    ViewOnlyAdminMixin,
+)
+
 from .models import Case, CaseDocument, CaseDocumentRevision, CaseEvent, CaseHandoff, CaseIssueLink, WorkflowDefinition
+from .services import CASE_UPDATE_FIELDS
 
 
-class CaseIssueLinkInline(admin.TabularInline):
+class CaseIssueLinkInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = CaseIssueLink
-    extra = 0
-    raw_id_fields = ("issue",)
-    readonly_fields = ("created_at",)
+    fields = ("issue", "role", "created_at")
+    readonly_fields = fields
+
+
+class CaseAdminForm(ServiceWrittenForm):
+    class Meta:
+        model = Case
+        fields = CASE_UPDATE_FIELDS
 
 
 @admin.register(Case)
-class CaseAdmin(admin.ModelAdmin):
+class CaseAdmin(ServiceWriteAdminMixin, admin.ModelAdmin):
+    form = CaseAdminForm
     list_display = ("identifier", "title", "case_type", "status", "phase", "company", "project", "updated_at")
     list_filter = ("status", "company", "case_type")
     search_fields = ("identifier", "title", "summary", "idempotency_key")
-    raw_id_fields = ("parent", "project", "primary_task", "current_workflow", "created_by_agent", "created_by_user")
-    readonly_fields = ("number", "identifier", "created_at", "updated_at")
+    fields = ("company", "identifier", "case_type", "title", "summary", "fields", "status", "phase", "parent",
+              "project", "primary_task", "current_workflow", "idempotency_key", "created_by_agent",
+              "created_by_user", "number", "created_at", "updated_at")
+    readonly_fields = tuple(name for name in fields if name not in CASE_UPDATE_FIELDS)
     inlines = [CaseIssueLinkInline]
+
+    def has_add_permission(self, request):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        from .services import case_update
+
+        changes = {name: form.cleaned_data[name] for name in form.changed_data if name in CASE_UPDATE_FIELDS}
+        if changes:
+            case_update(actor=Actor(user=request.user), case=obj, changes=changes)
+        obj.refresh_from_db()
 
 
 class CaseDocumentRevisionInline(admin.TabularInline):
@@ -45,10 +78,12 @@ class CaseDocumentAdmin(admin.ModelAdmin):
 
 
 @admin.register(CaseIssueLink)
-class CaseIssueLinkAdmin(admin.ModelAdmin):
+class CaseIssueLinkAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("case", "issue", "role", "created_at")
     list_filter = ("role",)
-    raw_id_fields = ("case", "issue")
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(CaseEvent)
@@ -64,18 +99,33 @@ class CaseEventAdmin(admin.ModelAdmin):
         return False
 
 
+class WorkflowDefinitionAdminForm(ServiceWrittenForm):
+    class Meta:
+        model = WorkflowDefinition
+        fields = ("company", "name", "description", "prompt")
+
+
 @admin.register(WorkflowDefinition)
-class WorkflowDefinitionAdmin(admin.ModelAdmin):
+class WorkflowDefinitionAdmin(FixedCompanyMixin, ServiceWriteAdminMixin, admin.ModelAdmin):
+    form = WorkflowDefinitionAdminForm
     list_display = ("name", "company", "fingerprint", "updated_at")
     list_filter = ("company",)
     search_fields = ("name", "description")
     readonly_fields = ("fingerprint", "created_at", "updated_at")
 
     def save_model(self, request, obj, form, change):
-        from .services import prompt_fingerprint
+        from .services import workflow_definition_create, workflow_definition_update
 
-        obj.fingerprint = prompt_fingerprint(obj.prompt)
-        super().save_model(request, obj, form, change)
+        actor, data = Actor(user=request.user), form.cleaned_data
+        if change:
+            changes = {name: data[name] for name in form.changed_data if name in ("name", "description", "prompt")}
+            if changes:
+                workflow_definition_update(actor=actor, definition=obj, changes=changes)
+        else:
+            created = workflow_definition_create(actor=actor, company=data["company"], name=data["name"],
+                                                 prompt=data["prompt"], description=data.get("description") or "")
+            obj.pk, obj._state.adding = created.pk, False
+        obj.refresh_from_db()
 
 
 @admin.register(CaseHandoff)

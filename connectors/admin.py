@@ -1,9 +1,13 @@
-"""Django admin for connectors. Instances and rules are configuration; events, transitions, errors,
-conflicts and interventions are audit (read-only). Secrets show no plaintext, ever."""
+"""Django admin for connectors. Instances and rules are configuration (an instance never changes
+company; its project, goal, triage agent and rule targets are its company's); links, events,
+transitions, errors, conflicts and interventions are shown, never edited here (the sync engine and
+the console's actions change links). Secrets show no plaintext, ever."""
 from django import forms
 from django.contrib import admin
+from django.db import models
 from django.forms.models import BaseInlineFormSet
 
+from issues.admin_mixins import FixedCompanyMixin, SameCompanyFormMixin, ViewOnlyAdminMixin
 from paperclip.core.outbound_http import url_refusal
 
 from . import secrets
@@ -24,12 +28,10 @@ from .models import (
 )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
+class ReadOnlyAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Rows the engine writes: shown, never added or changed here."""
 
-    def has_change_permission(self, request, obj=None):
-        return False
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
 
 def _rule_form_errors(form, provider_key: str):
@@ -49,12 +51,19 @@ def _rule_form_errors(form, provider_key: str):
             form.add_error(field, f"{key}: {reason}" if field != key else reason)
 
 
+def _target_company_error(form, company_id):
+    agent = form.cleaned_data.get("target_agent") if form.cleaned_data else None
+    if agent is not None and company_id is not None and agent.company_id != company_id:
+        form.add_error("target_agent", "Must belong to the same company.")
+
+
 class RoutingRuleInlineFormSet(BaseInlineFormSet):
     def clean(self):
         super().clean()
         for form in self.forms:
             if form.is_valid():  # the instance being saved, with the provider the parent form holds
                 _rule_form_errors(form, self.instance.provider_key)
+                _target_company_error(form, self.instance.company_id)
 
 
 class RoutingRuleInline(admin.TabularInline):
@@ -74,12 +83,15 @@ class RoutingRuleAdminForm(forms.ModelForm):
         instance = cleaned.get("instance")
         if instance is not None:
             _rule_form_errors(self, instance.provider_key)
+            _target_company_error(self, instance.company_id)
         return cleaned
 
 
-class ConnectorInstanceAdminForm(forms.ModelForm):
+class ConnectorInstanceAdminForm(SameCompanyFormMixin, forms.ModelForm):
     """The API's rules hold here too: references that resolve for the instance's company, a base URL
-    the outbound guard accepts."""
+    the outbound guard accepts, a project, goal and triage agent of the instance's company."""
+
+    same_company_fields = ("project", "goal", "triage_agent")
 
     class Meta:
         model = ConnectorInstance
@@ -87,7 +99,7 @@ class ConnectorInstanceAdminForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        company = cleaned.get("company")
+        company = cleaned.get("company") or getattr(self.instance, "company", None)
         for name, label in (("credentials_ref", "credentials"), ("webhook_secret_ref", "webhookSecret")):
             ref = cleaned.get(name)
             if ref and company is not None:
@@ -103,7 +115,7 @@ class ConnectorInstanceAdminForm(forms.ModelForm):
 
 
 @admin.register(ConnectorInstance)
-class ConnectorInstanceAdmin(admin.ModelAdmin):
+class ConnectorInstanceAdmin(FixedCompanyMixin, admin.ModelAdmin):
     form = ConnectorInstanceAdminForm
     list_display = ("name", "provider_key", "company", "status", "last_webhook_at", "last_poll_at",
                     "last_reconcile_at", "webhook_rejected_count")
@@ -134,14 +146,14 @@ class LinkTransitionInline(admin.TabularInline):
 
 
 @admin.register(TaskLink)
-class TaskLinkAdmin(admin.ModelAdmin):
+class TaskLinkAdmin(ReadOnlyAdmin):
+    """A link's status moves through its transitions (recorded, audited): the sync engine and the
+    link actions of the console and the API write it."""
+
     list_display = ("external_key", "external_task_id", "issue", "instance", "status", "sync_mode", "run_mode",
                     "last_inbound_at", "last_reconcile_at")
     list_filter = ("status", "sync_mode", "run_mode", "origin_side", "provider_key")
     search_fields = ("external_key", "external_task_id", "external_title", "issue__identifier")
-    raw_id_fields = ("company", "instance", "issue", "project", "goal")
-    readonly_fields = ("base_snapshot", "handoff_history", "last_inbound_at", "last_outbound_at",
-                       "last_reconcile_at", "created_at", "updated_at")
     inlines = [LinkTransitionInline]
 
 
@@ -201,7 +213,6 @@ class ExternalCommentLinkAdmin(ReadOnlyAdmin):
 class InterventionAdmin(ReadOnlyAdmin):
     list_display = ("action", "target_id", "instance", "actor_user", "idempotency_key", "at")
     list_filter = ("action",)
-
 
 
 @admin.register(TaskExport)

@@ -15,11 +15,19 @@ import json
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
-from django.http import HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html, format_html_join
 
 from issues.actors import Actor
+from issues.admin_mixins import (
+    FixedCompanyMixin,
+    ReadOnlyInlineMixin,
+    SameCompanyFormMixin,
+    ServiceWriteAdminMixin,
+    ServiceWrittenForm,
+    ViewOnlyAdminMixin,
+    error_text,
+)
 from issues.choices import AgentStatus, ApprovalStatus
 from issues.exceptions import ApiError, InvalidInput
 from issues.models import (
@@ -57,68 +65,6 @@ AUDIT_FIELDS = ("id", "created_at", "updated_at")
 
 def _short(text, length=80):
     return truncatechars(text or "", length)
-
-
-def _error_text(exc: ApiError) -> str:
-    details = "; ".join(f"{field}: {' '.join(map(str, msgs))}" for field, msgs in (exc.details or {}).items()
-                        if isinstance(msgs, (list, tuple)))
-    return f"{exc.message} {details}".strip()
-
-
-class ReadOnlyInlineMixin:
-    """An inline that shows rows but never adds, changes or deletes them."""
-
-    extra = 0
-    can_delete = False
-    show_change_link = True
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ViewOnlyAdminMixin:
-    """Rows written only by services: the admin may look, never add or change."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-
-class ServiceWrittenForm(forms.ModelForm):
-    """A change form whose row a service writes (the admin's save_model): the service compares with
-    the stored row and checks the constraints, so the form does not apply its values to it first."""
-
-    def _post_clean(self):
-        pass
-
-
-class FixedCompanyMixin:
-    """A row never changes company once created: what refers to it (issues, runs, keys, goals)
-    stays in that company."""
-
-    def get_readonly_fields(self, request, obj=None):
-        fields = super().get_readonly_fields(request, obj)
-        return (*fields, "company") if obj is not None else fields
-
-
-class ServiceWriteAdminMixin:
-    """A service's refusal (an ApiError) is shown on the form's page; the admin wraps the change in a
-    transaction, so nothing was written."""
-
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
-        except ApiError as exc:
-            self.message_user(request, f"Not saved: {_error_text(exc)}", messages.ERROR)
-            return HttpResponseRedirect(request.get_full_path())
 
 
 # --- companies, members, projects, goals ---------------------------------------------------------
@@ -268,7 +214,9 @@ class ProjectAdmin(FixedCompanyMixin, admin.ModelAdmin):
         return format_html_join("", "{}", ((part,) for part in parts))
 
 
-class GoalAdminForm(ServiceWrittenForm):
+class GoalAdminForm(SameCompanyFormMixin, ServiceWrittenForm):
+    same_company_fields = ("parent", "owner_agent")  # (the service says so too; here beside the field)
+
     class Meta:
         model = Goal
         fields = "__all__"
@@ -319,7 +267,9 @@ class AgentApiKeyInline(ReadOnlyInlineMixin, admin.TabularInline):
     readonly_fields = fields
 
 
-class AgentAdminForm(ServiceWrittenForm):
+class AgentAdminForm(SameCompanyFormMixin, ServiceWrittenForm):
+    same_company_fields = ("reports_to",)
+
     class Meta:
         model = Agent
         fields = "__all__"
@@ -333,9 +283,6 @@ class AgentAdminForm(ServiceWrittenForm):
         except InvalidInput as exc:
             for field, reasons in exc.details.items():
                 self.add_error("adapter_type" if field == "adapterType" else "adapter_config", reasons)
-        manager = cleaned.get("reports_to")
-        if manager is not None and company is not None and manager.company_id != company.pk:
-            self.add_error("reports_to", "Must belong to the agent's company.")
         return cleaned
 
 
@@ -446,19 +393,12 @@ class CommentInline(ReadOnlyInlineMixin, admin.TabularInline):
         return _short(obj.body, 200)
 
 
-class IssueAdminForm(ServiceWrittenForm):
+class IssueAdminForm(SameCompanyFormMixin, ServiceWrittenForm):
+    same_company_fields = ("assignee_agent", "parent", "project", "goal")
+
     class Meta:
         model = Issue
         fields = ("title", "description", "status", "priority", "assignee_agent", "parent", "project", "goal")
-
-    def clean(self):
-        cleaned = super().clean()
-        company_id = self.instance.company_id
-        for name in ("assignee_agent", "parent", "project", "goal"):
-            value = cleaned.get(name)
-            if value is not None and value.company_id != company_id:
-                self.add_error(name, "Must belong to the issue's company.")
-        return cleaned
 
 
 # Form field -> issue_update change key.
@@ -671,7 +611,7 @@ class ApprovalAdmin(admin.ModelAdmin):
                 approval_decide(actor=actor, approval=approval, status=status)
                 decided += 1
             except ApiError as exc:
-                refused.append(f"{approval.title}: {_error_text(exc)}")
+                refused.append(f"{approval.title}: {error_text(exc)}")
         if decided:
             self.message_user(request, f"{status.replace('_', ' ').capitalize()}: {decided} approval(s).",
                               messages.SUCCESS)
@@ -883,4 +823,3 @@ class ApprovalCommentAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="body")
     def short_body(self, obj):
         return _short(obj.body)
-

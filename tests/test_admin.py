@@ -227,7 +227,7 @@ def test_issue_change_refuses_objects_of_another_company(admin_client, world):
     foreign_agent = AgentFactory(company=CompanyFactory())
     response = post_issue_change(admin_client, world.blocker, assignee_agent=str(foreign_agent.pk))
     assert response.redirect_chain == []
-    assert "Must belong to the issue" in response.content.decode()
+    assert "Must belong to the same company" in response.content.decode()
     world.blocker.refresh_from_db()
     assert world.blocker.assignee_agent_id is None
 

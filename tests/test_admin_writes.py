@@ -106,7 +106,7 @@ def test_pause_reason_and_company_are_not_editable(admin_client, agent):
 def test_a_manager_of_another_company_is_refused(admin_client, agent):
     foreign = AgentFactory(company=CompanyFactory())
     response = post_agent_change(admin_client, agent, reports_to=str(foreign.pk))
-    assert "Must belong to the agent" in response.content.decode()
+    assert "Must belong to the same company" in response.content.decode()
     agent.refresh_from_db()
     assert agent.reports_to_id is None
 
@@ -212,7 +212,7 @@ def test_a_goal_cycle_or_a_parent_of_another_company_is_refused(admin_client, ag
     response = post_goal(admin_client, top, parent=str(child.pk))
     assert "Not saved: A goal cannot be its own ancestor." in response.content.decode()
     foreign = GoalFactory(company=CompanyFactory())
-    assert "Not saved" in post_goal(admin_client, child, parent=str(foreign.pk)).content.decode()
+    assert "Must belong to the same company" in post_goal(admin_client, child, parent=str(foreign.pk)).content.decode()
     top.refresh_from_db()
     child.refresh_from_db()
     assert (top.parent_id, child.parent_id) == (None, top.pk)
