@@ -377,6 +377,7 @@ def test_completion_without_an_intent_leaves_the_case_open(board_client, cases_c
 
 @pytest.mark.parametrize("invalidate, reason", [
     ("reassign", "task_reassigned"),
+    ("release", "task_reassigned"),  # the agent gives the task back: no assignee, as an unassignment
     ("cancel", "task_cancelled"),
     ("stop", "execution_stopped"),
 ])
@@ -390,6 +391,8 @@ def test_done_intent_is_invalidated_by_reassignment_cancellation_or_stop(board_c
     task = Issue.objects.get(pk=task_id)
     if invalidate == "reassign":
         board_client.patch(f"/api/issues/{task_id}", {"assigneeAgentId": str(bob.agent.pk)}, format="json")
+    elif invalidate == "release":
+        assert ada.post(f"/api/issues/{task_id}/release").status_code == 200
     elif invalidate == "cancel":
         board_client.patch(f"/api/issues/{task_id}", {"status": "cancelled"}, format="json")
     else:
@@ -397,7 +400,7 @@ def test_done_intent_is_invalidated_by_reassignment_cancellation_or_stop(board_c
     row = CaseHandoff.objects.get(pk=intent["id"])
     assert row.status == "cancelled" and row.recovery_detail["cancelReason"] == reason
     # Completing later does not close the case.
-    if invalidate == "reassign":
+    if invalidate in ("reassign", "release"):
         board_client.patch(f"/api/issues/{task_id}", {"status": "done"}, format="json")
     assert Case.objects.get(pk=case_id).status == "in_progress"
 

@@ -337,6 +337,22 @@ def test_a_board_reassignment_names_the_agent_whose_claim_ended_not_the_new_one(
     assert "coder no longer works on this task" in last and "newcomer" not in last
 
 
+def test_a_board_release_names_the_agent_whose_claim_ended(
+        linked, github_sandbox, coder, company, django_capture_on_commit_callbacks):
+    """§10.4: a board user releasing an agent's claim is not "the agent": the note names the agent
+    that held it (the release clears the assignee, so the release's change carries who it was)."""
+    from issues.services.checkout import issue_release
+    from tests.factories import MembershipFactory
+
+    number, link = linked
+    issue, _ = claimed_by(coder, link, django_capture_on_commit_callbacks)
+    board = Actor(user=MembershipFactory(company=company, role="owner").user)
+    with django_capture_on_commit_callbacks(execute=True):
+        issue_release(actor=board, issue=Issue.objects.get(pk=issue.pk))
+    last = marked(github_sandbox, number)[-1]["body"]
+    assert "coder no longer works on this task" in last, last
+
+
 def test_conflict_round_trip_keep_paperclip_writes_the_tracker_once_and_is_not_redetected(
         linked, github_sandbox, instance, company, django_capture_on_commit_callbacks):
     from connectors.services.conflicts import conflict_resolve

@@ -165,3 +165,19 @@ def test_aborted_done_and_handoff_end_the_chain(company, status, result):
     end(run, status=status, result_status=result)
     assert not live_runs(agent, issue)
     assert runs.next_retry_attempt(HeartbeatRun.objects.get(pk=run.pk), agent) is None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("ending", ["timed_out", "succeeded"], ids=["retry", "continuation"])
+def test_an_agent_that_released_its_issue_mid_run_is_not_followed_up(company, two, ending):
+    """Releasing gives the issue back (upstream: todo, no agent assignee): the run that released it
+    neither retries nor continues it, as when the board unassigns it."""
+    ada, _ = two
+    issue = IssueFactory(company=company, assignee_agent=ada.agent)
+    run = wake(ada.agent, issue)
+    checkout(ada, issue, run)
+    assert ada.post(f"/api/issues/{issue.pk}/release").status_code == 200
+    end(run, status=ending)
+    assert not HeartbeatRun.objects.filter(status__in=LIVE).exists()
+    assert dropped(run) == {"reason": "unassigned", "followUp": "retry" if ending == "timed_out" else "continuation",
+                            "previousAgentId": str(ada.agent.pk), "assigneeAgentId": None}

@@ -328,6 +328,8 @@ def issue_release(*, actor: Actor, issue: Issue) -> Issue:
         activity_record(actor=actor, company_id=issue.company_id, action="issue.released", entity_type="issue",
                         entity_id=issue.pk, details={"previous": previous})
         changes = {"status": [previous["status"], IssueStatus.TODO]} if previous["status"] != IssueStatus.TODO else {}
+        if previous["assigneeAgentId"]:  # as issue_update names it: the tracker's note names who let go
+            changes["assignee_agent"] = [previous["assigneeAgentId"], None]
         events.issue_updated_atomic.send(sender=None, issue=issue, actor=actor, changes=changes)
         events.announce(events.issue_updated, issue=issue, actor=actor, changes=changes)
     return issue

@@ -403,12 +403,19 @@ def next_retry_attempt(run: HeartbeatRun, agent: Agent) -> int | None:
 
 def _assignment_lost(run: HeartbeatRun, issue: Issue) -> bool:
     """Did the run's agent stop being the issue's assignee after the run was created? The issue's
-    audit trail has every assignee change as ``changes.assignee_agent = [old, new]``."""
+    audit trail has every assignee change: an update's ``changes.assignee_agent = [old, new]``, a
+    release's ``previous.assigneeAgentId`` (a release leaves no agent assignee)."""
     mine = str(run.agent_id)
-    for details in ActivityLog.objects.filter(entity_type="issue", entity_id=str(issue.pk), action="issue.updated",
-                                              created_at__gte=run.created_at).values_list("details", flat=True):
-        change = ((details or {}).get("changes") or {}).get("assignee_agent")
-        if isinstance(change, list) and change and change[0] == mine:
+    for action, details in ActivityLog.objects.filter(
+            entity_type="issue", entity_id=str(issue.pk), action__in=("issue.updated", "issue.released"),
+            created_at__gte=run.created_at).values_list("action", "details"):
+        details = details or {}
+        if action == "issue.released":
+            before = (details.get("previous") or {}).get("assigneeAgentId")
+        else:
+            change = (details.get("changes") or {}).get("assignee_agent")
+            before = change[0] if isinstance(change, list) and change else None
+        if before == mine:
             return True
     return False
 
