@@ -120,6 +120,7 @@ def actions(w: World) -> list[tuple[str, str, dict]]:
         ("agent-create", reverse("console:agent-create"), {"name": "Grace", "role": "qa", "adapter_type": "none"}),
         ("agent-pause", reverse("console:agent-pause", args=[w.agent.pk]), {}),
         ("agent-resume", reverse("console:agent-resume", args=[w.agent.pk]), {}),
+        ("agent-permissions", reverse("console:agent-permissions", args=[w.agent.pk]), {"canAssignTasks": "on"}),
         ("agent-key-create", reverse("console:agent-key-create", args=[w.agent.pk]), {"name": "ci"}),
         ("agent-adapter", reverse("console:agent-adapter", args=[w.agent.pk]),
          {"adapter_type": "none", "adapter_config": "{}"}),
@@ -458,6 +459,21 @@ def test_admin_pauses_and_resumes_an_agent(world):
     assert audit(world.company, "agent.resumed") is not None
     again = client.post(reverse("console:agent-resume", args=[world.agent.pk]), follow=True)
     assert "not paused" in text(again)
+
+
+def test_admin_grants_and_withdraws_tasks_assign(world):
+    client = world.client("admin")
+    page = text(client.get(reverse("console:agent-detail", args=[world.agent.pk])))
+    assert "assigns no tasks" in page and 'name="canAssignTasks"' in page
+    client.post(reverse("console:agent-permissions", args=[world.agent.pk]), {"canAssignTasks": "on"})
+    world.agent.refresh_from_db()
+    assert world.agent.permissions == {"canCreateAgents": False, "canAssignTasks": True}
+    entry = audit(world.company, "agent.permissions_updated")
+    assert entry.actor_user == world.users["admin"] and entry.details["to"]["canAssignTasks"] is True
+    assert "assigns tasks" in text(client.get(reverse("console:agent-detail", args=[world.agent.pk])))
+    client.post(reverse("console:agent-permissions", args=[world.agent.pk]), {})  # both boxes unchecked
+    world.agent.refresh_from_db()
+    assert world.agent.permissions == {"canCreateAgents": False, "canAssignTasks": False}
 
 
 def test_api_key_is_shown_once(world):

@@ -1,5 +1,6 @@
-"""Agent pages: list and create, pause/resume, API keys (the raw key is shown once), adapter
-configuration, and the agent's runs. Managing agents needs the admin (or owner) role."""
+"""Agent pages: list and create, pause/resume, permissions (tasks:assign, agents:create), API keys
+(the raw key is shown once), adapter configuration, and the agent's runs. Managing agents needs the
+admin (or owner) role."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,8 @@ from issues.choices import AdapterType, AgentRole
 from issues.exceptions import ApiError, NotFound
 from issues.models import Agent, AgentApiKey, HeartbeatRun
 from issues.selectors import agent_console_list, assignable_agents, scoped_get
-from issues.services.agents import agent_adapter_update, agent_pause, agent_resume
+from issues.services.agent_grants import agent_permissions, may_assign_tasks
+from issues.services.agents import agent_adapter_update, agent_pause, agent_permissions_update, agent_resume
 from issues.services.companies import agent_api_key_create, agent_api_key_revoke, agent_create
 
 from .base import adopt_company, error_text, perform, render_page
@@ -107,6 +109,8 @@ def _detail_context(request, agent, **extra):
     return {
         "company": agent.company,
         "agent": agent,
+        "permissions": agent_permissions(agent),
+        "may_assign": may_assign_tasks(agent),
         "keys": list(AgentApiKey.objects.filter(agent=agent, run__isnull=True).order_by("-created_at")),
         "runs": list(HeartbeatRun.objects.filter(agent=agent).select_related("issue")
                      .order_by("-created_at")[:AGENT_RUNS_SHOWN]),
@@ -139,6 +143,16 @@ def agent_resume_view(request, agent_id):
     require_role(request, agent.company_id, MANAGE_AGENTS)
     return perform(request, lambda: agent_resume(actor=console_actor(request), agent=agent),
                    success=f"{agent.name} resumed.", redirect_to=agent_url(agent))
+
+
+@console_action
+def agent_permissions_view(request, agent_id):
+    """Both flags as the form posts them (an unchecked box is absent: not granted)."""
+    agent = _agent(request, agent_id)
+    require_role(request, agent.company_id, MANAGE_AGENTS)
+    values = {key: request.POST.get(key) == "on" for key in ("canAssignTasks", "canCreateAgents")}
+    return perform(request, lambda: agent_permissions_update(actor=console_actor(request), agent=agent, values=values),
+                   success=f"Permissions of {agent.name} saved.", redirect_to=agent_url(agent) + "#permissions")
 
 
 @console_action

@@ -23,6 +23,7 @@ urlpatterns = [
     path("agents/<uuid:agent_id>/", agents.agent_detail, name="agent-detail"),
     path("agents/<uuid:agent_id>/pause/", agents.agent_pause_view, name="agent-pause"),
     path("agents/<uuid:agent_id>/resume/", agents.agent_resume_view, name="agent-resume"),
+    path("agents/<uuid:agent_id>/permissions/", agents.agent_permissions_view, name="agent-permissions"),
     path("agents/<uuid:agent_id>/keys/", agents.agent_key_new, name="agent-key-create"),
     path("agents/<uuid:agent_id>/keys/<uuid:key_id>/revoke/", agents.agent_key_revoke, name="agent-key-revoke"),
     path("agents/<uuid:agent_id>/adapter/", agents.agent_adapter, name="agent-adapter"),
