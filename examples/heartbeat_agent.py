@@ -21,7 +21,8 @@ Options (environment):
                                             EXAMPLE_AGENT_DELEGATE_TO, blockParentUntilDone) and exit;
                                             woken when the child is done, finish the parent
                                             (naming the assignee needs tasks:assign: the agent's
-                                            canAssignTasks grant, canCreateAgents or the CEO role)
+                                            canAssignTasks grant, canCreateAgents or the CEO role;
+                                            without it the issue is blocked with a comment saying so)
                             approval:       ask the board (request_board_approval) and exit; woken
                                             with PAPERCLIP_APPROVAL_ID, finish (approved) or explain
                                             (rejected / revision requested)
@@ -206,11 +207,21 @@ def delegate(issue, detail, me_id, company_id):
     if children:
         return None  # still waiting (a wake came early): leave it to the next wake
     assignee = os.environ.get("EXAMPLE_AGENT_DELEGATE_TO") or me_id
-    child = api("POST", f"/companies/{company_id}/issues", {
-        "title": f"Part of {detail['identifier']}: {detail['title']}", "description": "Delegated by the example agent.",
-        "parentId": issue["id"], "goalId": detail.get("goalId"), "assigneeAgentId": assignee,
-        "blockParentUntilDone": True,
-    })
+    try:
+        child = api("POST", f"/companies/{company_id}/issues", {
+            "title": f"Part of {detail['identifier']}: {detail['title']}",
+            "description": "Delegated by the example agent.", "parentId": issue["id"], "goalId": detail.get("goalId"),
+            "assigneeAgentId": assignee, "blockParentUntilDone": True,
+        })
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        # No tasks:assign: say so where the board looks, once, and stop (retrying cannot help).
+        api("PATCH", f"/issues/{issue['id']}", {"status": "blocked", "comment": (
+            "I cannot delegate this: my agent may not assign tasks (tasks:assign). Next action for the board: "
+            "grant it on my agent page (May assign tasks), or assign the work yourselves.")})
+        log(f"cannot delegate {detail['identifier']}: {exc}")
+        finish("blocked", "no tasks:assign to delegate")
     api("POST", f"/issues/{issue['id']}/comments",
         {"body": f"Delegated to {child['identifier']}; this issue is blocked until it is done. Next action: "
                  "finish this issue when Paperclip wakes me."})

@@ -54,6 +54,24 @@ def run_log(run):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_agent_without_tasks_assign_says_so_and_blocks_instead_of_failing(host, company):
+    worker = example_agent(company, "done")
+    manager = example_agent(company, "delegate", EXAMPLE_AGENT_DELEGATE_TO=str(worker.pk))  # no grant
+    created = board(company).post(f"/api/companies/{company.pk}/issues", {
+        "title": "Ship the report", "assigneeAgentId": str(manager.pk)}, format="json")
+    parent = Issue.objects.get(pk=created.json()["id"])
+
+    drive(lambda: Issue.objects.get(pk=parent.pk).status == "blocked")
+
+    assert not Issue.objects.filter(parent=parent).exists()
+    [run] = HeartbeatRun.objects.filter(agent=manager)
+    assert (run.status, run.liveness) == ("succeeded", "blocked"), (run.status, run.liveness, run.error)
+    comment = parent.comments.order_by("created_at").last()
+    assert "tasks:assign" in comment.body and comment.author_agent_id == manager.pk
+    assert not HeartbeatRun.objects.filter(agent=worker).exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_parent_blocked_on_its_child_is_woken_and_finished_without_a_nudge(host, company):
     worker = example_agent(company, "done")
     # delegating names the child's assignee: tasks:assign (the board's grant)
