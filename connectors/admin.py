@@ -1,16 +1,29 @@
-"""Django admin for connectors. Instances and rules are configuration (an instance never changes
-company; its project, goal, triage agent and rule targets are its company's); links, events,
+"""Django admin for connectors. Instances and rules are configuration: an instance's settings change
+through ``instance_update``, its secret references through ``credentials_rotate``, pause and resume
+are interventions; it never changes company, and its project, goal, triage agent and rule targets are
+its company's. Links, events,
 transitions, errors, conflicts and interventions are shown, never edited here (the sync engine and
 the console's actions change links). Secrets show no plaintext, ever."""
+import uuid
+
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db import models
 from django.forms.models import BaseInlineFormSet
 
-from issues.admin_mixins import FixedCompanyMixin, SameCompanyFormMixin, ViewOnlyAdminMixin
+from issues.actors import Actor
+from issues.admin_mixins import (
+    SameCompanyFormMixin,
+    ServiceWriteAdminMixin,
+    ServiceWrittenForm,
+    ViewOnlyAdminMixin,
+    error_text,
+)
+from issues.exceptions import ApiError
 from paperclip.core.outbound_http import url_refusal
 
 from . import secrets
+from .services.instances import CONFIG_FIELDS
 from .models import (
     Conflict,
     ConnectorInstance,
@@ -87,19 +100,27 @@ class RoutingRuleAdminForm(forms.ModelForm):
         return cleaned
 
 
-class ConnectorInstanceAdminForm(SameCompanyFormMixin, forms.ModelForm):
+# Form field -> instance_update change key (a related row goes as its id).
+INSTANCE_CHANGE_KEYS = {**{name: name for name in CONFIG_FIELDS if not name.endswith("_id")},
+                        "service_account_id": "service_account_id", "project": "project_id", "goal": "goal_id",
+                        "triage_agent": "triage_agent_id"}
+SECRET_REFS = {"credentials_ref": "credentials", "webhook_secret_ref": "webhook_secret"}
+
+
+class ConnectorInstanceAdminForm(SameCompanyFormMixin, ServiceWrittenForm):
     """The API's rules hold here too: references that resolve for the instance's company, a base URL
-    the outbound guard accepts, a project, goal and triage agent of the instance's company."""
+    the outbound guard accepts, a project, goal and triage agent of the instance's company (and the
+    services check the rest when the admin saves through them)."""
 
     same_company_fields = ("project", "goal", "triage_agent")
 
     class Meta:
         model = ConnectorInstance
-        fields = "__all__"
+        fields = (*INSTANCE_CHANGE_KEYS, *SECRET_REFS)
 
     def clean(self):
         cleaned = super().clean()
-        company = cleaned.get("company") or getattr(self.instance, "company", None)
+        company = getattr(self.instance, "company", None)
         for name, label in (("credentials_ref", "credentials"), ("webhook_secret_ref", "webhookSecret")):
             ref = cleaned.get(name)
             if ref and company is not None:
@@ -115,17 +136,67 @@ class ConnectorInstanceAdminForm(SameCompanyFormMixin, forms.ModelForm):
 
 
 @admin.register(ConnectorInstance)
-class ConnectorInstanceAdmin(FixedCompanyMixin, admin.ModelAdmin):
+class ConnectorInstanceAdmin(ServiceWriteAdminMixin, admin.ModelAdmin):
+    """Connectors are set up in the console (New connector) or through the API; here their settings
+    change through ``instance_update`` (validated, audited, the mapping re-checked), their secret
+    references through ``credentials_rotate``, and the pause / resume actions are the operators'
+    interventions. The company, provider and the engine's own state are shown, not edited."""
+
     form = ConnectorInstanceAdminForm
     list_display = ("name", "provider_key", "company", "status", "last_webhook_at", "last_poll_at",
                     "last_reconcile_at", "webhook_rejected_count")
     list_filter = ("provider_key", "status", "company")
     search_fields = ("name", "provider_key")
-    raw_id_fields = ("company", "project", "goal", "triage_agent", "created_by_user")
-    readonly_fields = ("last_webhook_at", "last_poll_at", "last_reconcile_at", "webhook_verified",
-                       "webhook_rejected_count", "last_webhook_rejected_at", "last_webhook_rejected_reason",
-                       "created_at", "updated_at")
+    raw_id_fields = ("project", "goal", "triage_agent")
+    readonly_fields = ("company", "provider_key", "status", "status_detail", "last_webhook_at", "last_poll_at",
+                       "last_reconcile_at", "webhook_verified", "webhook_rejected_count", "last_webhook_rejected_at",
+                       "last_webhook_rejected_reason", "provider_degraded_until", "auth_error_at",
+                       "auth_error_detail", "webhook_registrations", "handshake_open_until", "last_handshake_at",
+                       "last_handshake_detail", "created_by_user", "created_at", "updated_at")
     inlines = [RoutingRuleInline]
+    actions = ["pause_connectors", "resume_connectors"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        from .services.instances import instance_update
+        from .services.interventions import credentials_rotate
+
+        actor, data = Actor(user=request.user), form.cleaned_data
+        # compared with the stored row (a JSON field posted back unchanged may count as changed to the form)
+        changes = {INSTANCE_CHANGE_KEYS[name]: getattr(data[name], "pk", data[name]) for name in form.changed_data
+                   if name in INSTANCE_CHANGE_KEYS and data[name] != getattr(obj, name)}
+        if changes:
+            instance_update(actor=actor, instance=obj, changes=changes)
+        rotated = {SECRET_REFS[name]: data[name] or None for name in form.changed_data if name in SECRET_REFS}
+        if any(rotated.values()):
+            credentials_rotate(actor=actor, instance=obj, idempotency_key=f"admin:{uuid.uuid4()}",
+                               reason="changed in the admin", **{k: v for k, v in rotated.items() if v})
+        obj.refresh_from_db()
+
+    def _intervene(self, request, queryset, service, done: str):
+        actor = Actor(user=request.user)
+        for instance in queryset:
+            try:
+                service(actor=actor, instance=instance, idempotency_key=f"admin:{uuid.uuid4()}",
+                        reason="from the admin")
+            except ApiError as exc:
+                self.message_user(request, f"{instance.name}: {error_text(exc)}", messages.ERROR)
+            else:
+                self.message_user(request, f"{instance.name} {done}.", messages.SUCCESS)
+
+    @admin.action(description="Pause selected connectors")
+    def pause_connectors(self, request, queryset):
+        from .services.interventions import instance_pause
+
+        self._intervene(request, queryset, instance_pause, "paused")
+
+    @admin.action(description="Resume selected connectors")
+    def resume_connectors(self, request, queryset):
+        from .services.interventions import instance_resume
+
+        self._intervene(request, queryset, instance_resume, "resumed")
 
 
 @admin.register(ConnectorSecret)

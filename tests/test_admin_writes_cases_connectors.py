@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from cases.models import CaseEvent, WorkflowDefinition
 from cases.services import case_create, workflow_definition_create
-from connectors.models import ConnectorInstance, RoutingRule, TaskLink
+from connectors.models import ConnectorInstance, Intervention, RoutingRule, TaskLink
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM
 from issues.models import ActivityLog
@@ -118,24 +118,73 @@ def test_links_are_shown_not_edited(admin_client, instance):
     assert link.status == "healthy"
 
 
+def instance_form_data(client, url, **changes) -> dict:
+    """What a browser posts back for the connector's change form: every field as shown, then ``changes``."""
+    form = client.get(url).context["adminform"].form
+    data = {}
+    for name, field in form.fields.items():
+        value = field.prepare_value(form.initial.get(name))
+        if isinstance(value, bool):
+            if value:
+                data[name] = "on"
+        elif value is not None:
+            data[name] = value
+    data.update(inline_data(client, url))
+    data.update(changes)
+    return data
+
+
 def test_a_connector_keeps_its_company_and_refers_only_to_its_own(admin_client, instance):
     url = reverse("admin:connectors_connectorinstance_change", args=[instance.pk])
     page = admin_client.get(url).content.decode()
-    assert 'name="name"' in page and not re.search(r'<(input|select)[^>]+name="company"', page)
+    assert 'name="name"' in page
+    assert not re.search(r'<(input|select)[^>]+name="(company|provider_key|status|webhook_registrations)"', page)
+    assert admin_client.get(reverse("admin:connectors_connectorinstance_add")).status_code == 403
     foreign = AgentFactory(company=CompanyFactory())
-    form = admin_client.get(url).context["adminform"].form
-    data = {name: value for name, value in form.initial.items() if value is not None and not isinstance(value, (
-        list, dict))}
-    form_data = {**{k: v for k, v in data.items() if k in form.fields}, "triage_agent": str(foreign.pk)}
-    for name in ("containers", "state_mapping", "config", "routing_config"):
-        if name in form.fields:
-            form_data[name] = form.fields[name].prepare_value(form.initial.get(name))
-    form_data.update(inline_data(admin_client, url))
-    response = admin_client.post(url, form_data)
+    response = admin_client.post(url, instance_form_data(admin_client, url, triage_agent=str(foreign.pk)))
     assert response.status_code == 200  # the form again, with the error
     assert "Must belong to the same company" in response.content.decode()
     instance.refresh_from_db()
     assert instance.triage_agent_id is None
+
+
+def test_connector_settings_change_through_the_service(admin_client, admin_user, instance):
+    url = reverse("admin:connectors_connectorinstance_change", args=[instance.pk])
+    response = admin_client.post(url, instance_form_data(admin_client, url, poll_interval_seconds="120"),
+                                 follow=True)
+    assert "was changed successfully" in response.content.decode(), [str(m) for m in response.context["messages"]]
+    instance.refresh_from_db()
+    assert instance.poll_interval_seconds == 120
+    entry = ActivityLog.objects.get(action="connector.updated", entity_id=str(instance.pk))
+    assert entry.details["fields"] == ["poll_interval_seconds"] and entry.actor_user == admin_user
+    # the service's validation: a state mapping naming no Paperclip status is refused, nothing saved
+    bad = admin_client.post(url, instance_form_data(admin_client, url, state_mapping='{"open": "nonsense"}',
+                                                    poll_interval_seconds="60"), follow=True)
+    assert "Not saved" in bad.content.decode()
+    instance.refresh_from_db()
+    assert instance.poll_interval_seconds == 120
+
+
+def test_a_secret_reference_changed_in_the_admin_is_a_rotation(admin_client, instance, monkeypatch):
+    monkeypatch.setenv("PAPERCLIP_SECRET_GH_TOKEN_NEXT", "next-token")
+    url = reverse("admin:connectors_connectorinstance_change", args=[instance.pk])
+    response = admin_client.post(url, instance_form_data(admin_client, url,
+                                                         credentials_ref="env:PAPERCLIP_SECRET_GH_TOKEN_NEXT"),
+                                 follow=True)
+    assert "was changed successfully" in response.content.decode(), [str(m) for m in response.context["messages"]]
+    instance.refresh_from_db()
+    assert instance.credentials_ref == "env:PAPERCLIP_SECRET_GH_TOKEN_NEXT"
+    rotation = Intervention.objects.get(instance=instance, action="credentials.rotate")
+    assert rotation.result == {"rotated": ["credentials"]}
+
+
+def test_pausing_a_connector_in_the_admin_is_an_intervention(admin_client, admin_user, instance):
+    response = admin_client.post(reverse("admin:connectors_connectorinstance_changelist"),
+                                 {"action": "pause_connectors", "_selected_action": [str(instance.pk)]}, follow=True)
+    assert "GitHub paused." in response.content.decode(), [str(m) for m in response.context["messages"]]
+    instance.refresh_from_db()
+    assert instance.status == "paused"
+    assert Intervention.objects.get(instance=instance, action="instance.pause").actor_user == admin_user
 
 
 def test_a_routing_rule_targets_an_agent_of_the_connectors_company(admin_client, instance):
