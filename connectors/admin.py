@@ -1,9 +1,9 @@
 """Django admin for connectors. Instances and rules are configuration: an instance's settings change
 through ``instance_update``, its secret references through ``credentials_rotate``, pause and resume
 are interventions; it never changes company, and its project, goal, triage agent and rule targets are
-its company's. Links, events,
-transitions, errors, conflicts and interventions are shown, never edited here (the sync engine and
-the console's actions change links). Secrets show no plaintext, ever."""
+its company's. Links, events, transitions, errors, conflicts and interventions are shown, never
+edited here (the sync engine and the console's actions change links). Secrets show no plaintext,
+ever."""
 import uuid
 
 from django import forms
