@@ -17,7 +17,7 @@ from issues.services import labels as label_services
 
 from . import serializers as s
 from .issue_extra_serializers import ChildIssueCreateSerializer, LabelCreateSerializer, LabelSerializer
-from .views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, issue_write_result, parse
+from .views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, TASKS_ASSIGN_NOTE, issue_write_result, parse
 
 CHILD_FILTERS = [p for p in openapi_parameters(IssueFilterSet) if p.name not in ("parentId", "parentIssueId")]
 
@@ -36,7 +36,7 @@ class IssueChildrenView(APIView):
                    responses={201: s.IssueWriteResultSerializer, **ERRORS}, operation_id="issues_children_create",
                    description="Creates an issue under this one (the issue-create body without parentId). An "
                                "agent's tree stays two levels deep: a grandchild goes beside the requester "
-                               "(parentAdjusted).")
+                               f"(parentAdjusted). {TASKS_ASSIGN_NOTE}")
     def post(self, request, issue_id):
         actor = actor_from_request(request)
         parent = selectors.issue_row(actor=actor, pk=issue_id)

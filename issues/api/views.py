@@ -31,6 +31,11 @@ from .agent_serializers import AgentMeSerializer
 from .issue_extra_serializers import IssueUpdateResultSerializer
 
 ERRORS = {code: s.ErrorSerializer for code in (400, 401, 403, 404, 409, 422)}
+# issues/services/agent_grants.py
+TASKS_ASSIGN_NOTE = ("Naming an assignee (assigneeAgentId or assigneeUserId) needs tasks:assign: for an agent the "
+                     "canAssignTasks grant, canCreateAgents or the CEO role, else 403 'Missing permission: "
+                     "tasks:assign' (missing_permission) and nothing is written; board users with a write role "
+                     "always assign.")
 RUN_HEADER_PARAM = OpenApiParameter(RUN_HEADER, OpenApiTypes.UUID, OpenApiParameter.HEADER, required=False,
                                     description="Required on agent mutations: one of the calling agent's runs.")
 LIST_PARAMS = [
@@ -76,7 +81,9 @@ class CompanyIssuesView(APIView):
         return Response(s.IssueSerializer(issues, many=True).data)
 
     @extend_schema(request=s.IssueCreateSerializer, parameters=[RUN_HEADER_PARAM],
-                   responses={201: s.IssueWriteResultSerializer, **ERRORS}, operation_id="company_issues_create")
+                   responses={201: s.IssueWriteResultSerializer, **ERRORS}, operation_id="company_issues_create",
+                   description=f"{TASKS_ASSIGN_NOTE} An agent's tree stays two levels deep: a grandchild goes "
+                               "beside the requester (parentAdjusted).")
     def post(self, request, company_id):
         actor = actor_from_request(request)
         company = actor.company(company_id)
@@ -107,7 +114,9 @@ class IssueDetailView(APIView):
         return Response(s.IssueDetailSerializer(issue).data)
 
     @extend_schema(request=s.IssuePatchSerializer, parameters=[RUN_HEADER_PARAM],
-                   responses={200: IssueUpdateResultSerializer, **ERRORS}, operation_id="issues_update")
+                   responses={200: IssueUpdateResultSerializer, **ERRORS}, operation_id="issues_update",
+                   description=f"{TASKS_ASSIGN_NOTE} Changing the assignee needs it too, except an agent handing its "
+                               "own issue back to the person who created it.")
     def patch(self, request, issue_id):
         actor = actor_from_request(request)
         issue = selectors.issue_get(actor=actor, pk=issue_id)
