@@ -48,7 +48,7 @@ class CaseAdmin(ServiceWriteAdminMixin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         from .services import case_update
 
-        changes = {name: form.cleaned_data[name] for name in form.changed_data if name in CASE_UPDATE_FIELDS}
+        changes = form.changes({name: name for name in CASE_UPDATE_FIELDS})
         if changes:
             case_update(actor=Actor(user=request.user), case=obj, changes=changes)
         obj.refresh_from_db()
@@ -118,13 +118,13 @@ class WorkflowDefinitionAdmin(FixedCompanyMixin, ServiceWriteAdminMixin, admin.M
 
         actor, data = Actor(user=request.user), form.cleaned_data
         if change:
-            changes = {name: data[name] for name in form.changed_data if name in ("name", "description", "prompt")}
+            changes = form.changes({name: name for name in ("name", "description", "prompt")})
             if changes:
                 workflow_definition_update(actor=actor, definition=obj, changes=changes)
         else:
-            created = workflow_definition_create(actor=actor, company=data["company"], name=data["name"],
-                                                 prompt=data["prompt"], description=data.get("description") or "")
-            obj.pk, obj._state.adding = created.pk, False
+            self.adopt(obj, workflow_definition_create(actor=actor, company=data["company"], name=data["name"],
+                                                       prompt=data["prompt"],
+                                                       description=data.get("description") or ""))
         obj.refresh_from_db()
 
 

@@ -14,12 +14,11 @@ from django.forms.models import BaseInlineFormSet
 from issues.actors import Actor
 from issues.admin_mixins import (
     SameCompanyFormMixin,
+    ServiceActionsMixin,
     ServiceWriteAdminMixin,
     ServiceWrittenForm,
     ViewOnlyAdminMixin,
-    error_text,
 )
-from issues.exceptions import ApiError
 from paperclip.core.outbound_http import url_refusal
 
 from . import secrets
@@ -64,40 +63,42 @@ def _rule_form_errors(form, provider_key: str):
             form.add_error(field, f"{key}: {reason}" if field != key else reason)
 
 
-def _target_company_error(form, company_id):
-    agent = form.cleaned_data.get("target_agent") if form.cleaned_data else None
-    if agent is not None and company_id is not None and agent.company_id != company_id:
-        form.add_error("target_agent", "Must belong to the same company.")
-
-
 class RoutingRuleInlineFormSet(BaseInlineFormSet):
     def clean(self):
         super().clean()
         for form in self.forms:
             if form.is_valid():  # the instance being saved, with the provider the parent form holds
                 _rule_form_errors(form, self.instance.provider_key)
-                _target_company_error(form, self.instance.company_id)
 
 
-class RoutingRuleInline(admin.TabularInline):
-    model = RoutingRule
-    formset = RoutingRuleInlineFormSet
-    extra = 0
-    raw_id_fields = ("target_agent",)
+class RoutingRuleAdminForm(SameCompanyFormMixin, forms.ModelForm):
+    """A rule's target agent is of its connector's company (the rule page and the connector page's
+    inline); on the rule page the provider's rule check too (the inline's formset runs it there)."""
 
+    same_company_fields = ("target_agent",)
 
-class RoutingRuleAdminForm(forms.ModelForm):
     class Meta:
         model = RoutingRule
         fields = "__all__"
+
+    def row_company_id(self, cleaned):
+        connector = cleaned.get("instance") or getattr(self.instance, "instance", None)
+        return getattr(connector, "company_id", None)
 
     def clean(self):
         cleaned = super().clean()
         instance = cleaned.get("instance")
         if instance is not None:
             _rule_form_errors(self, instance.provider_key)
-            _target_company_error(self, instance.company_id)
         return cleaned
+
+
+class RoutingRuleInline(admin.TabularInline):
+    model = RoutingRule
+    form = RoutingRuleAdminForm
+    formset = RoutingRuleInlineFormSet
+    extra = 0
+    raw_id_fields = ("target_agent",)
 
 
 # Form field -> instance_update change key (a related row goes as its id).
@@ -136,7 +137,7 @@ class ConnectorInstanceAdminForm(SameCompanyFormMixin, ServiceWrittenForm):
 
 
 @admin.register(ConnectorInstance)
-class ConnectorInstanceAdmin(ServiceWriteAdminMixin, admin.ModelAdmin):
+class ConnectorInstanceAdmin(ServiceActionsMixin, ServiceWriteAdminMixin, admin.ModelAdmin):
     """Connectors are set up in the console (New connector) or through the API; here their settings
     change through ``instance_update`` (validated, audited, the mapping re-checked), their secret
     references through ``credentials_rotate``, and the pause / resume actions are the operators'
@@ -163,28 +164,23 @@ class ConnectorInstanceAdmin(ServiceWriteAdminMixin, admin.ModelAdmin):
         from .services.instances import instance_update
         from .services.interventions import credentials_rotate
 
-        actor, data = Actor(user=request.user), form.cleaned_data
-        # compared with the stored row (a JSON field posted back unchanged may count as changed to the form)
-        changes = {INSTANCE_CHANGE_KEYS[name]: getattr(data[name], "pk", data[name]) for name in form.changed_data
-                   if name in INSTANCE_CHANGE_KEYS and data[name] != getattr(obj, name)}
+        actor = Actor(user=request.user)
+        changes = form.changes(INSTANCE_CHANGE_KEYS)
         if changes:
             instance_update(actor=actor, instance=obj, changes=changes)
-        rotated = {SECRET_REFS[name]: data[name] or None for name in form.changed_data if name in SECRET_REFS}
-        if any(rotated.values()):
+        rotated = {key: ref for key, ref in form.changes(SECRET_REFS).items() if ref}
+        if rotated:
             credentials_rotate(actor=actor, instance=obj, idempotency_key=f"admin:{uuid.uuid4()}",
-                               reason="changed in the admin", **{k: v for k, v in rotated.items() if v})
+                               reason="changed in the admin", **rotated)
         obj.refresh_from_db()
 
     def _intervene(self, request, queryset, service, done: str):
         actor = Actor(user=request.user)
-        for instance in queryset:
-            try:
-                service(actor=actor, instance=instance, idempotency_key=f"admin:{uuid.uuid4()}",
-                        reason="from the admin")
-            except ApiError as exc:
-                self.message_user(request, f"{instance.name}: {error_text(exc)}", messages.ERROR)
-            else:
-                self.message_user(request, f"{instance.name} {done}.", messages.SUCCESS)
+        for instance in self.through_service(
+                request, queryset, refused=f"Not {done}",
+                call=lambda instance: service(actor=actor, instance=instance, idempotency_key=f"admin:{uuid.uuid4()}",
+                                              reason="from the admin")):
+            self.message_user(request, f"{instance.name} {done}.", messages.SUCCESS)
 
     @admin.action(description="Pause selected connectors")
     def pause_connectors(self, request, queryset):

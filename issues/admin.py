@@ -23,13 +23,13 @@ from issues.admin_mixins import (
     FixedCompanyMixin,
     ReadOnlyInlineMixin,
     SameCompanyFormMixin,
+    ServiceActionsMixin,
     ServiceWriteAdminMixin,
     ServiceWrittenForm,
     ViewOnlyAdminMixin,
-    error_text,
 )
 from issues.choices import AgentStatus, ApprovalStatus
-from issues.exceptions import ApiError, InvalidInput
+from issues.exceptions import InvalidInput
 from issues.models import (
     ActivityLog,
     Agent,
@@ -244,17 +244,15 @@ class GoalAdmin(FixedCompanyMixin, ServiceWriteAdminMixin, admin.ModelAdmin):
         from issues.services.goals import goal_create, goal_update
 
         actor, data = Actor(user=request.user), form.cleaned_data
-        changes = {GOAL_CHANGE_KEYS[name]: getattr(data[name], "pk", data[name]) for name in form.changed_data
-                   if name in GOAL_CHANGE_KEYS}
         if change:
+            changes = form.changes(GOAL_CHANGE_KEYS)
             if changes:
                 goal_update(actor=actor, goal=obj, changes=changes)
         else:
-            created = goal_create(actor=actor, company=data["company"], title=data["title"],
-                                  description=data.get("description") or "", level=data["level"],
-                                  status=data["status"], parent_id=getattr(data.get("parent"), "pk", None),
-                                  owner_agent_id=getattr(data.get("owner_agent"), "pk", None))
-            obj.pk, obj._state.adding = created.pk, False
+            self.adopt(obj, goal_create(actor=actor, company=data["company"], title=data["title"],
+                                        description=data.get("description") or "", level=data["level"],
+                                        status=data["status"], parent_id=getattr(data.get("parent"), "pk", None),
+                                        owner_agent_id=getattr(data.get("owner_agent"), "pk", None)))
         obj.refresh_from_db()
 
 
@@ -327,11 +325,10 @@ class AgentAdmin(FixedCompanyMixin, ServiceWriteAdminMixin, admin.ModelAdmin):
 
         actor, data = Actor(user=request.user), form.cleaned_data
         if not change:
-            created = agent_create(company=data["company"], actor=actor,
-                                   **{name: data[name] for name in AGENT_CREATE_FIELDS if name in data})
-            obj.pk, obj._state.adding = created.pk, False
+            self.adopt(obj, agent_create(company=data["company"], actor=actor,
+                                         **{name: data[name] for name in AGENT_CREATE_FIELDS if name in data}))
         else:
-            changes = {AGENT_CHANGE_KEYS[name]: data[name] for name in form.changed_data if name in AGENT_CHANGE_KEYS}
+            changes = form.changes(AGENT_CHANGE_KEYS, ids=False)  # agent_update takes the manager row
             terminate = changes.pop("status", None) if changes.get("status") == AgentStatus.TERMINATED else None
             if changes:
                 obj = agent_update(actor=actor, agent=obj, changes=changes)
@@ -452,11 +449,7 @@ class IssueAdmin(ServiceWriteAdminMixin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         from issues.services.issues import issue_update
 
-        changes = {ISSUE_CHANGE_KEYS[name]: form.cleaned_data[name] for name in form.changed_data
-                   if name in ISSUE_CHANGE_KEYS}
-        for key in ("assignee_agent_id", "parent_id", "project_id", "goal_id"):
-            if key in changes and changes[key] is not None:
-                changes[key] = changes[key].pk
+        changes = form.changes(ISSUE_CHANGE_KEYS)
         if changes:
             issue_update(actor=Actor(user=request.user), issue=obj, changes=changes)
             obj.refresh_from_db()
@@ -580,7 +573,7 @@ class ApprovalIssueInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 
 @admin.register(Approval)
-class ApprovalAdmin(admin.ModelAdmin):
+class ApprovalAdmin(ServiceActionsMixin, admin.ModelAdmin):
     """Approvals are requested through the API (``approval_create``) and decided by the actions here,
     which are ``approval_decide`` (the requesting agent is woken, the decision audited); only the
     title is edited in place."""
@@ -605,18 +598,13 @@ class ApprovalAdmin(admin.ModelAdmin):
     def _decide(self, request, queryset, status):
         from issues.services.approvals import approval_decide
 
-        actor, decided, refused = Actor(user=request.user), 0, []
-        for approval in queryset:
-            try:
-                approval_decide(actor=actor, approval=approval, status=status)
-                decided += 1
-            except ApiError as exc:
-                refused.append(f"{approval.title}: {error_text(exc)}")
+        actor = Actor(user=request.user)
+        decided = self.through_service(request, queryset, refused="Not decided",
+                                       call=lambda approval: approval_decide(actor=actor, approval=approval,
+                                                                             status=status))
         if decided:
-            self.message_user(request, f"{status.replace('_', ' ').capitalize()}: {decided} approval(s).",
+            self.message_user(request, f"{status.replace('_', ' ').capitalize()}: {len(decided)} approval(s).",
                               messages.SUCCESS)
-        for line in refused:
-            self.message_user(request, f"Not decided: {line}", messages.ERROR)
 
     @admin.action(description="Approve selected approvals")
     def approve(self, request, queryset):

@@ -2,15 +2,11 @@
 writes, rows only shown, and rows that never leave their company."""
 from django import forms
 from django.contrib import messages
+from django.db import models
 from django.http import HttpResponseRedirect
 
 from issues.exceptions import ApiError
-
-
-def error_text(exc: ApiError) -> str:
-    details = "; ".join(f"{field}: {' '.join(map(str, msgs))}" for field, msgs in (exc.details or {}).items()
-                        if isinstance(msgs, (list, tuple)))
-    return f"{exc.message} {details}".strip()
+from paperclip.core.errors import error_text
 
 
 class ReadOnlyInlineMixin:
@@ -47,6 +43,17 @@ class ServiceWrittenForm(forms.ModelForm):
     def _post_clean(self):
         pass
 
+    def changes(self, keys: dict, *, ids: bool = True) -> dict:
+        """What the operator changed, under the service's names (``keys``: form field -> name), each
+        compared with the stored row (a JSON field posted back as it was may still count as changed
+        to the form); a related row as its id, unless ``ids=False``."""
+        found = {}
+        for name in self.changed_data:
+            value = self.cleaned_data.get(name)
+            if name in keys and value != getattr(self.instance, name):
+                found[keys[name]] = value.pk if ids and isinstance(value, models.Model) else value
+        return found
+
 
 class FixedCompanyMixin:
     """A row never changes company once created: what refers to it (issues, runs, keys, goals)
@@ -61,12 +68,35 @@ class ServiceWriteAdminMixin:
     """A service's refusal (an ApiError) is shown on the form's page; the admin wraps the change in a
     transaction, so nothing was written."""
 
+    @staticmethod
+    def adopt(obj, created) -> None:
+        """The admin's unsaved ``obj`` stands for the row a service created (the admin's log entry
+        and redirect use it)."""
+        obj.pk, obj._state.adding = created.pk, False
+
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
         except ApiError as exc:
             self.message_user(request, f"Not saved: {error_text(exc)}", messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
+
+
+class ServiceActionsMixin:
+    """Admin actions that call a service once per selected row."""
+
+    def through_service(self, request, queryset, call, *, refused: str) -> list:
+        """``call(row)`` for each selected row; a refusal (an ApiError) is reported as
+        "{refused}: {row}: {reason}" and leaves that row as it was. Returns the rows done."""
+        done = []
+        for row in queryset:
+            try:
+                call(row)
+            except ApiError as exc:
+                self.message_user(request, f"{refused}: {row}: {error_text(exc)}", messages.ERROR)
+            else:
+                done.append(row)
+        return done
 
 
 class SameCompanyFormMixin:

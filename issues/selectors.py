@@ -657,7 +657,7 @@ def _moment(raw: str, name: str, *, end: bool):
 def cost_window(params) -> Q:
     """``from``/``to`` of the cost reports (``occurredAt``, both inclusive; a date-only ``to`` is the
     whole day). Neither given: the current UTC month."""
-    from issues.services.costs import month_start
+    from issues.services.periods import month_start
 
     start, end = params.get("from"), params.get("to")
     if not start and not end:
@@ -746,7 +746,8 @@ def org_dashboard(*, company, now=None) -> dict:
 
     from issues.models import CostEvent
     from issues.services.company_stop import COMPANY_BUDGET
-    from issues.services.costs import BUDGET_STOP, month_start
+    from issues.services.costs import BUDGET_STOP
+    from issues.services.periods import month_start
 
     now = now or timezone.now()
     today = now.astimezone(dt_timezone.utc).date()

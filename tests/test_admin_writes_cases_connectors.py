@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from cases.models import CaseEvent, WorkflowDefinition
 from cases.services import case_create, workflow_definition_create
-from connectors.models import ConnectorInstance, Intervention, RoutingRule, TaskLink
+from connectors.models import Intervention, RoutingRule, TaskLink
 from connectors.services.instances import instance_create
 from issues.actors import SYSTEM
 from issues.models import ActivityLog
@@ -194,4 +194,15 @@ def test_a_routing_rule_targets_an_agent_of_the_connectors_company(admin_client,
         "target_agent": str(foreign.pk), "target_alias": "", "enabled": "on"})
     assert "Must belong to the same company" in response.content.decode()
     assert not RoutingRule.objects.filter(instance=instance).exists()
-    assert ConnectorInstance.objects.get(pk=instance.pk).company_id == instance.company_id
+
+
+def test_a_rule_added_on_the_connector_page_targets_an_agent_of_its_company(admin_client, instance):
+    foreign = AgentFactory(company=CompanyFactory())
+    url = reverse("admin:connectors_connectorinstance_change", args=[instance.pk])
+    data = instance_form_data(admin_client, url)
+    data.update({"routing_rules-TOTAL_FORMS": "1", "routing_rules-0-order": "1", "routing_rules-0-kind": "label",
+                 "routing_rules-0-match": '{"label": "backend"}', "routing_rules-0-target_agent": str(foreign.pk),
+                 "routing_rules-0-target_alias": "", "routing_rules-0-enabled": "on"})
+    response = admin_client.post(url, data)
+    assert response.status_code == 200 and "Must belong to the same company" in response.content.decode()
+    assert not RoutingRule.objects.filter(instance=instance).exists()

@@ -8,6 +8,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from issues.exceptions import ApiError, Forbidden, NotFound
+from paperclip.core.errors import error_text
 from paperclip.core.middleware import SESSION_KEY
 
 from .permissions import can
@@ -34,16 +35,6 @@ def adopt_company(request, company):
     if request.company is None or request.company.pk != company.pk:
         request.company = company
         request.session[SESSION_KEY] = str(company.pk)
-
-
-def error_text(exc: ApiError) -> str:
-    """One line for a flash message: the message and the field reasons."""
-    parts = [exc.message]
-    details = exc.details if isinstance(exc.details, dict) else {}
-    for field, reasons in details.items():
-        if isinstance(reasons, (list, tuple)):
-            parts.append(f"{field}: {' '.join(str(r) for r in reasons)}")
-    return " — ".join(parts)
 
 
 def safe_next(request, fallback: str) -> str:

@@ -42,15 +42,19 @@ _MESSAGES = {COMPANY_ARCHIVED: "The company is archived: its agents do not run."
                              "turns or the budget is raised."}
 
 
+def _month_spend(company: Company, now=None) -> int:
+    """The company's spend this month: a count kept for an earlier month is none (the roll may not
+    have run yet)."""
+    return company.spent_monthly_cents if company.spend_period == month_period(now) else 0
+
+
 def company_stop_reason(company: Company, now=None) -> str | None:
-    """Why the company's agents must not run now, or None (archived, then paused, then budget).
-    Spend counted for an earlier month is no spend this month (the roll may not have run yet)."""
+    """Why the company's agents must not run now, or None (archived, then paused, then budget)."""
     if company.status == CompanyStatus.ARCHIVED:
         return COMPANY_ARCHIVED
     if company.status == CompanyStatus.PAUSED:
         return COMPANY_PAUSED
-    if company.budget_monthly_cents and company.spent_monthly_cents >= company.budget_monthly_cents and \
-            company.spend_period == month_period(now):
+    if company.budget_monthly_cents and _month_spend(company, now) >= company.budget_monthly_cents:
         return COMPANY_BUDGET
     return None
 
@@ -103,7 +107,7 @@ def company_agents_sync(*, company_id, actor: Actor = SYSTEM) -> dict:
 def _pause(actor: Actor, company: Company, agents: list[Agent], reason: str) -> int:
     paused = 0
     for agent in agents:
-        if agent.status == AgentStatus.PAUSED and agent.pause_reason not in COMPANY_REASONS:
+        if agent.status == AgentStatus.PAUSED and not stopped_by_company(agent):
             continue  # paused by the board: stays as it is
         if agent.pause_reason == reason:
             continue
@@ -178,8 +182,8 @@ def dashboard_alerts(company: Company) -> list[dict]:
     at 80 % of this month's budget: no read beyond its row."""
     reason = company_stop_reason(company)
     if reason is None:
-        budget, spent = company.budget_monthly_cents, company.spent_monthly_cents
-        if budget and company.spend_period == month_period() and spent * 100 >= budget * BUDGET_WARNING_PERCENT:
+        budget, spent = company.budget_monthly_cents, _month_spend(company)
+        if budget and spent * 100 >= budget * BUDGET_WARNING_PERCENT:
             return [{"kind": "company_budget_warning", "severity": "warning", "title": "Company budget nearly spent",
                      "message": f"{spent * 100 // budget} % of this month's budget is spent ({spent} of {budget} "
                                 "cents): at 100 % every agent of the company stops until the month turns or the "

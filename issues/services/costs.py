@@ -10,8 +10,6 @@ reports) but not in this month's spend counters.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone as dt_timezone
-
 from django.db import transaction
 from django.db.models import BigIntegerField, Case, Value, When
 from django.utils import timezone
@@ -35,18 +33,6 @@ BUDGET_STOP = AGENT_BUDGET_STOP  # Agent.pause_reason while the monthly budget i
 BILLING_TYPES = ("metered_api", "subscription_included", "subscription_overage", "credits", "fixed", "unknown")
 SUBSCRIPTION_BILLING = ("subscription_included", "subscription_overage")
 COMPANY_STATUSES = ("active", "paused", "archived")
-
-
-def month_start(now=None) -> datetime:
-    now = (now or timezone.now()).astimezone(dt_timezone.utc)
-    return datetime(now.year, now.month, 1, tzinfo=dt_timezone.utc)
-
-
-def _in_current_month(moment, now=None) -> bool:
-    now = now or timezone.now()
-    start = month_start(now)
-    nxt = datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=dt_timezone.utc)
-    return start <= moment < nxt
 
 
 def require_board(actor: Actor):
@@ -107,7 +93,7 @@ def ledger_record(*, company_id, agent_id, cost_cents: int, provider: str, model
         billing_type=billing_type, model=model, input_tokens=input_tokens, cached_input_tokens=cached_input_tokens,
         output_tokens=output_tokens, cost_cents=cost_cents, occurred_at=occurred_at)
     stop = spend_add(company_id=company_id, agent_id=agent_id, cents=cost_cents, run=run) \
-        if _in_current_month(occurred_at) else None
+        if month_period(occurred_at) == month_period() else None
     return event, stop
 
 

@@ -565,13 +565,15 @@ def _pid_alive(pid: int) -> bool:
 
 def runs_promote_due_retries(*, now=None) -> int:
     """Scheduled retries whose time has come join the dispatcher's queue, each with a
-    ``run.retry_due`` audit row. One read when none is due (every dispatch pass starts here); racing
-    callers skip each other's rows, so a retry is promoted and audited once."""
+    ``run.retry_due`` audit row. One read outside a transaction when none is due (every dispatch pass
+    starts here); racing callers skip each other's rows, so a retry is promoted and audited once."""
     now = now or timezone.now()
+    pending = HeartbeatRun.objects.filter(status=RunStatus.SCHEDULED_RETRY, scheduled_for__lte=now)
+    if not pending.exists():  # the usual pass: one statement, no transaction
+        return 0
     with transaction.atomic():
-        due = list(HeartbeatRun.objects.select_for_update(skip_locked=True)
-                   .filter(status=RunStatus.SCHEDULED_RETRY, scheduled_for__lte=now)
-                   .only("pk", "company_id", "retry_attempt", "scheduled_for"))
+        due = list(pending.select_for_update(skip_locked=True).only("pk", "company_id", "retry_attempt",
+                                                                    "scheduled_for"))
         if not due:
             return 0
         HeartbeatRun.objects.filter(pk__in=[run.pk for run in due]).update(status=RunStatus.QUEUED, updated_at=now)

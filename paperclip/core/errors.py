@@ -64,6 +64,16 @@ class InvalidInput(ApiError):
     message = "Invalid input."
 
 
+def error_text(exc: ApiError) -> str:
+    """One line for a flash message (console, admin): the message and the field reasons."""
+    parts = [exc.message]
+    details = exc.details if isinstance(exc.details, dict) else {}
+    for field, reasons in details.items():
+        if isinstance(reasons, (list, tuple)):
+            parts.append(f"{field}: {' '.join(str(r) for r in reasons)}")
+    return " — ".join(parts)
+
+
 def error_body(code, message, details=None):
     return {"error": str(message), "code": code, "details": details or {}}
 
