@@ -26,7 +26,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
-from issues.choices import LIVE_RUN_STATUSES, WRITE_ROLES, AgentStatus, IssueStatus, RunStatus, WakeSource
+from issues.choices import (LIVE_RUN_STATUSES, NO_WORK_AGENT_STATUSES, WRITE_ROLES, AgentStatus, IssueStatus, RunStatus,
+                            WakeSource)
 from issues.exceptions import Conflict, Forbidden, InvalidInput, Unprocessable
 from issues.models import Agent, Company, Document, HeartbeatRun, Issue
 from issues.services.activity import activity_record
@@ -101,9 +102,10 @@ class _Replay(Exception):
 
 def _recipient(company_id, to) -> Agent:
     agent = company_object(Agent, company_id, to, "to")
-    if agent.status == AgentStatus.TERMINATED:
-        raise Unprocessable("The recipient agent is terminated.", code="recipient_unavailable",
-                            details={"to": ["This agent is terminated."]})
+    if agent.status in NO_WORK_AGENT_STATUSES:
+        what = "terminated" if agent.status == AgentStatus.TERMINATED else "waiting for its hire to be approved"
+        raise Unprocessable(f"The recipient agent is {what}.", code="recipient_unavailable",
+                            details={"to": [f"This agent is {what}."]})
     return agent
 
 
@@ -382,7 +384,7 @@ def _apply(handoff_pk) -> CaseHandoff:
         if reason:
             return _fail(handoff, reason)
         recipient = Agent.objects.filter(pk=handoff.to_agent_id).first()
-        if recipient is None or recipient.status == AgentStatus.TERMINATED:
+        if recipient is None or recipient.status in NO_WORK_AGENT_STATUSES:
             return _fail(handoff, "recipient_unavailable")
         document = _workflow_document(task)
         current = document.latest_revision if document else None

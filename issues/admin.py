@@ -7,7 +7,7 @@ status timestamps, lock clearing, activity log), agents with ``agent_create``, `
 and ``agent_terminate`` (run stops, key revocation, the company's stop, activity log), approvals
 are decided with ``approval_decide`` (the requester's wake), blockers and approval links are only
 shown (the API and the console set them), API keys are only created by
-``agent_api_key_create`` and revoked by ``agent_api_key_revoke``. The audit trail, document
+``agent_api_key_create`` and revoked by ``agent_key_revoke``. The audit trail, document
 revisions and the run machinery are read-only here.
 """
 import json
@@ -58,7 +58,7 @@ from issues.models import (
     WorkProduct,
 )
 from issues.models import ApprovalComment, BoardApiKey, CostEvent, Label
-from issues.services.agents import AGENT_FIELDS, adapter_config_validate
+from issues.services.agents import AGENT_FIELDS, adapter_config_validate, agent_key_revoke
 
 AUDIT_FIELDS = ("id", "created_at", "updated_at")
 
@@ -82,11 +82,12 @@ class MembershipInline(admin.TabularInline):
 class CompanyAdmin(admin.ModelAdmin):
     list_display = ("name", "issue_prefix", "status", "enable_cases", "issue_counter", "budget_monthly_cents",
                     "spent_monthly_cents", "created_at")
-    list_filter = ("status", "enable_cases")
+    list_filter = ("status", "enable_cases", "require_board_approval_for_new_agents")
     search_fields = ("name", "issue_prefix")
     readonly_fields = (*AUDIT_FIELDS, "issue_counter", "spent_monthly_cents")
     fieldsets = (
-        (None, {"fields": ("name", "issue_prefix", "description", "status", "enable_cases")}),
+        (None, {"fields": ("name", "issue_prefix", "description", "status", "enable_cases",
+                           "require_board_approval_for_new_agents")}),
         ("Budget", {"fields": ("budget_monthly_cents", "spent_monthly_cents")}),
         ("Audit", {"fields": (*AUDIT_FIELDS, "issue_counter")}),
     )
@@ -338,7 +339,7 @@ class AgentAdmin(FixedCompanyMixin, ServiceWriteAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(AgentApiKey)
-class AgentApiKeyAdmin(admin.ModelAdmin):
+class AgentApiKeyAdmin(ServiceActionsMixin, admin.ModelAdmin):
     """Keys are minted by ``agent_api_key_create`` (the raw key is shown once, only the hash is kept)."""
 
     list_display = ("prefix", "name", "agent", "company", "created_at", "last_used_at", "revoked_at")
@@ -357,16 +358,14 @@ class AgentApiKeyAdmin(admin.ModelAdmin):
     def company(self, obj):
         return obj.agent.company
 
-    @admin.action(description="Revoke selected API keys")
+    @admin.action(description="Revoke selected API keys", permissions=["change"])
     def revoke_keys(self, request, queryset):
-        from issues.services.companies import agent_api_key_revoke
-
         actor = Actor(user=request.user)
-        count = 0
-        for key in queryset.filter(revoked_at__isnull=True).select_related("agent"):
-            agent_api_key_revoke(key=key, actor=actor)
-            count += 1
-        self.message_user(request, f"Revoked {count} key(s).", messages.SUCCESS)
+        done = self.through_service(
+            request, queryset.filter(revoked_at__isnull=True).select_related("agent"),
+            lambda key: agent_key_revoke(actor=actor, agent=key.agent, key_id=key.pk), refused="Not revoked")
+        if done:
+            self.message_user(request, f"Revoked {len(done)} key(s).", messages.SUCCESS)
 
 
 # --- issues ------------------------------------------------------------------------------------------

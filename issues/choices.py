@@ -38,7 +38,14 @@ class AgentStatus(models.TextChoices):
     RUNNING = "running"
     PAUSED = "paused"
     ERROR = "error"
+    PENDING_APPROVAL = "pending_approval"  # hired while the company requires board approval
     TERMINATED = "terminated"
+
+
+# Agents that take no work: assigning or handing work to them is refused (upstream's 409s).
+NO_WORK_AGENT_STATUSES = (AgentStatus.TERMINATED, AgentStatus.PENDING_APPROVAL)
+# Agents whose runs never start (their wakes are skipped): the paused too.
+NOT_RUNNABLE_AGENT_STATUSES = (AgentStatus.PAUSED, *NO_WORK_AGENT_STATUSES)
 
 
 class AdapterType(models.TextChoices):

@@ -309,11 +309,37 @@ def company_dashboard(*, company) -> dict:
             "alerts": operator_alerts(company)}
 
 
-def assignable_agents(*, company):
-    """Agents a console form may offer for new work: everyone but the terminated, by name."""
-    from issues.choices import AgentStatus
+def hire_approval(agent):
+    """The open ``hire_agent`` approval an agent waiting as ``pending_approval`` waits for, or None."""
+    from issues.choices import AgentStatus, ApprovalStatus, ApprovalType
 
-    return Agent.objects.filter(company=company).exclude(status=AgentStatus.TERMINATED).order_by("name").only(
+    if agent.status != AgentStatus.PENDING_APPROVAL:
+        return None
+    return (Approval.objects.filter(company_id=agent.company_id, type=ApprovalType.HIRE_AGENT,
+                                    status__in=(ApprovalStatus.PENDING, ApprovalStatus.REVISION_REQUESTED),
+                                    payload__agentId=str(agent.pk)).order_by("-created_at").first())
+
+
+def hired_agent(approval: Approval):
+    """The agent a ``hire_agent`` approval is about (its payload's ``agentId``, in the approval's
+    company), or None."""
+    from issues.choices import ApprovalType
+
+    agent_id = approval.payload.get("agentId") if isinstance(approval.payload, dict) else None
+    if approval.type != ApprovalType.HIRE_AGENT or not isinstance(agent_id, str):
+        return None
+    try:
+        return Agent.objects.filter(pk=uuid.UUID(agent_id), company_id=approval.company_id).first()
+    except ValueError:
+        return None
+
+
+def assignable_agents(*, company):
+    """Agents a console form may offer for new work: everyone but the terminated and those whose hire
+    waits for approval, by name."""
+    from issues.choices import NO_WORK_AGENT_STATUSES
+
+    return Agent.objects.filter(company=company).exclude(status__in=NO_WORK_AGENT_STATUSES).order_by("name").only(
         "id", "name")
 
 
@@ -384,6 +410,12 @@ def approval_issues(approval: Approval) -> list[Issue]:
     """The linked issues in the order they were linked (the first one is the approval's task)."""
     return list(Issue.objects.filter(approval_links__approval=approval).select_related(*ISSUE_RELATED)
                 .prefetch_related("labels").order_by("approval_links__created_at", "approval_links__id"))
+
+
+def issue_approvals(issue: Issue) -> list[Approval]:
+    """The approvals linked to an issue, in the order they were linked."""
+    return list(Approval.objects.filter(issue_links__issue=issue).prefetch_related("issue_links")
+                .order_by("issue_links__created_at", "issue_links__id"))
 
 
 def approval_history(approval: Approval):

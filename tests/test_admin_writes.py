@@ -241,3 +241,35 @@ def test_work_products_keep_their_issue_and_company(admin_client, agent):
     assert admin_client.get(reverse("admin:issues_workproduct_add")).status_code == 403
     page = admin_client.get(reverse("admin:issues_workproduct_change", args=[product.pk])).content.decode()
     assert 'name="title"' in page and not re.search(r'name="(company|issue|run)"', page)
+
+
+def revoke_keys(client, *keys):
+    return client.post(reverse("admin:issues_agentapikey_changelist"),
+                       {"action": "revoke_keys", "_selected_action": [str(k.pk) for k in keys]}, follow=True)
+
+
+def test_revoking_keys_in_the_admin_goes_through_the_service(admin_client, admin_user, agent):
+    key, _ = agent_api_key_create(agent=agent, name="laptop")
+    response = revoke_keys(admin_client, key)
+    assert "Revoked 1 key(s)." in response.content.decode()
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert ActivityLog.objects.get(action="agent_key.revoked", entity_id=str(key.pk)).actor_user == admin_user
+
+
+def test_a_staff_user_who_only_views_the_company_cannot_revoke_its_keys(client, agent):
+    from django.contrib.auth.models import Permission
+
+    from tests.factories import MembershipFactory
+
+    staff = MembershipFactory(company=agent.company, role="viewer").user
+    staff.is_staff = True
+    staff.save()
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=("change_agentapikey", "view_agentapikey")))
+    client.force_login(staff)
+    key, _ = agent_api_key_create(agent=agent, name="laptop")
+    response = revoke_keys(client, key)
+    assert f"Not revoked: {key}: Your role in this company is read-only." in response.content.decode()
+    key.refresh_from_db()
+    assert key.revoked_at is None
+    assert not ActivityLog.objects.filter(action="agent_key.revoked").exists()

@@ -23,7 +23,8 @@ from issues.models import (
     IssueRelation,
     WakeupRequest,
 )
-from issues.services.companies import agent_api_key_create, agent_api_key_revoke
+from issues.services.agents import agent_key_revoke
+from issues.services.companies import agent_api_key_create
 from issues.services.thread import document_write, interaction_create
 from tests.conftest import AgentClient
 from tests.factories import AgentFactory, IssueFactory, MembershipFactory, RunFactory, UserFactory
@@ -357,7 +358,7 @@ def test_invalid_comment_cursor_is_400(w):
 def test_revoked_api_key_is_401(w):
     assert w.me.get("/api/agents/me").status_code == 200
     key = AgentApiKey.objects.get(agent=w.me.agent)
-    agent_api_key_revoke(key=key)
+    agent_key_revoke(actor=SYSTEM, agent=key.agent, key_id=key.pk)
     before = db_snapshot()
     for method, path, body in [("GET", "/api/agents/me", None),
                                ("GET", f"/api/issues/{w.issue.pk}", None),
@@ -370,7 +371,8 @@ def test_revoked_api_key_is_401(w):
 
 def test_another_key_of_the_same_agent_keeps_working_after_a_revocation(w):
     _, second_raw = agent_api_key_create(agent=w.me.agent, name="second")
-    agent_api_key_revoke(key=AgentApiKey.objects.get(agent=w.me.agent, name="default"))
+    key = AgentApiKey.objects.get(agent=w.me.agent, name="default")
+    agent_key_revoke(actor=SYSTEM, agent=key.agent, key_id=key.pk)
     assert AgentClient(w.me.agent, second_raw, w.me.run).get("/api/agents/me").status_code == 200
     assert_error(w.me.get("/api/agents/me"), 401, "unauthorized")
 

@@ -183,6 +183,7 @@ APPROVAL = {"id": is_uuid, "companyId": is_uuid, "type": one_of(APPROVAL_TYPE), 
             "payload": is_dict, "requestedByAgentId": n(is_uuid), "requestedByUserId": n(is_user_id),
             "decisionNote": n(is_str), "decidedByUserId": n(is_user_id), "decidedAt": n(is_dt),
             "createdAt": is_dt, "updatedAt": is_dt}
+HIRE = {"agent": lambda v: not problems(v, AGENT_OBJ), "approval": n(lambda v: not problems(v, APPROVAL))}
 APPROVAL_COMMENT = {"id": is_uuid, "body": is_str, "createdAt": is_dt}
 GOAL = {"id": is_uuid, "companyId": is_uuid, "title": is_str, "description": n(is_str), "level": one_of(GOAL_LEVEL),
         "status": one_of(GOAL_STATUS), "parentId": n(is_uuid), "ownerAgentId": n(is_uuid),
@@ -415,6 +416,16 @@ def in_progress_for_release(w, api):
     assert r.status_code == 200, r.text
 
 
+def hires_need_approval(w, api):
+    Company.objects.filter(pk=w.ids["company"]).update(require_board_approval_for_new_agents=True)
+
+
+def pending_hire(body, w, cred):
+    agent, approval = body["agent"], body["approval"]
+    assert agent["status"] == "pending_approval" and approval["type"] == "hire_agent", body
+    assert approval["payload"]["agentId"] == agent["id"] and approval["issueIds"] == [w.ids["issue"]], body
+
+
 def staff_board(w, api):
     """A local agent process's command is set by staff (issues.services.host_commands)."""
     from django.contrib.auth import get_user_model
@@ -529,6 +540,12 @@ CASES = [
                   ({"name": "Nova", "adapterType": "process", "role": "wizard"}, "role"),
                   ({"name": "Nova", "adapterType": "process", "budgetMonthlyCents": -1}, "budgetMonthlyCents")),
          check=expect("role", "designer")),
+    Case("agent_hires_create", "POST", "/companies/{company}/agent-hires", board_only(201), HIRE,
+         body=lambda i: {"name": "Hired", "role": "qa", "adapterType": "none", "sourceIssueId": i["issue"]},
+         refusal="missing_permission", setup=hires_need_approval,
+         invalid=(({"adapterType": "none"}, "name"),
+                  ({"name": "Hired", "adapterType": "none", "sourceIssueIds": [7]}, "sourceIssueIds")),
+         check=pending_hire),
     Case("agents_update", "PATCH", "/agents/{spare}", board_only(200), AGENT_OBJ,
          body={"title": "Tester", "budgetMonthlyCents": 1200},
          invalid=(({"role": "wizard"}, "role"), ({"budgetMonthlyCents": -5}, "budgetMonthlyCents")),

@@ -11,13 +11,13 @@ from django.db import connection
 from connectors.choices import ROUTING_PRECEDENCE, RoutingRuleKind
 from connectors.models import ConnectorInstance, RoutingRule
 from connectors.providers.base import ExternalTask, normalize_state_name
-from issues.choices import AgentStatus
+from issues.choices import NOT_RUNNABLE_AGENT_STATUSES
 from issues.models import Agent, Company
 from paperclip.core import rows
 
 from .common import adapter_class
 
-UNAVAILABLE = (AgentStatus.PAUSED, AgentStatus.TERMINATED)
+UNAVAILABLE = NOT_RUNNABLE_AGENT_STATUSES
 
 
 @dataclass

@@ -47,6 +47,24 @@ SENSITIVE_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH",
 LOCAL_ADAPTER_TYPES = (AdapterType.PROCESS,)
 
 
+def redacted_adapter_config(config):
+    """What an agent may read of an adapter configuration: literal values of secret-looking names
+    (``env.OPENAI_API_KEY``, a top-level ``token``) become ``[redacted]``; ``secret_ref``
+    references stay (they name a secret, they are not one)."""
+    if not isinstance(config, dict):
+        return config
+
+    def hide(name, value):
+        literal = not isinstance(value, dict | list) and value not in (None, "")
+        return REDACTED if literal and SENSITIVE_NAME.search(str(name)) and not str(name).endswith("_ref") else value
+
+    shown = {name: hide(name, value) for name, value in config.items() if name != "env"}
+    if "env" in config:
+        env = config["env"]
+        shown["env"] = {name: hide(name, value) for name, value in env.items()} if isinstance(env, dict) else env
+    return shown
+
+
 class AdapterConfigError(ValueError):
     """An agent's adapter_config cannot be used; the message says what to fix."""
 

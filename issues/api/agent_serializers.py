@@ -3,34 +3,18 @@ from django.utils.text import slugify
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from issues.adapters.base import REDACTED, SENSITIVE_NAME
+from issues.adapters.base import redacted_adapter_config
 from issues.choices import AdapterType, AgentRole, AgentStatus
 from issues.exceptions import Unprocessable
+from issues.filtersets import MAX_LIST_ITEMS
 from issues.services.agent_grants import agent_permissions
 
+from .approval_serializers import ApprovalSerializer
 from .serializers import AgentSerializer, CompanyBriefSerializer, IdField, RunEventSerializer, RunSerializer, StrictSerializer
 
 BIGINT_MAX = 2**63 - 1  # budgets live in 64-bit columns
 CAPABILITIES_MAX = 10_000
 ICON_MAX = 64  # Agent.icon's column
-
-
-def redacted_adapter_config(config):
-    """What an agent may read of an adapter configuration: literal values of secret-looking names
-    (``env.OPENAI_API_KEY``, a top-level ``token``) become ``[redacted]``; ``secret_ref``
-    references stay (they name a secret, they are not one)."""
-    if not isinstance(config, dict):
-        return config
-
-    def hide(name, value):
-        literal = not isinstance(value, dict | list) and value not in (None, "")
-        return REDACTED if literal and SENSITIVE_NAME.search(str(name)) and not str(name).endswith("_ref") else value
-
-    shown = {name: hide(name, value) for name, value in config.items() if name != "env"}
-    if "env" in config:
-        env = config["env"]
-        shown["env"] = {name: hide(name, value) for name, value in env.items()} if isinstance(env, dict) else env
-    return shown
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -203,6 +187,24 @@ class AgentCreateSerializer(StrictSerializer):
     permissions = AgentPermissionsInputSerializer(required=False, help_text="Board users only.")
     icon = serializers.CharField(max_length=ICON_MAX, required=False, allow_blank=True, allow_null=True, default="")
     metadata = serializers.DictField(required=False, allow_null=True, default=dict)
+
+
+class AgentHireSerializer(AgentCreateSerializer):
+    """``POST /companies/{id}/agent-hires``: a new agent's fields and the issues the hire was asked for in."""
+
+    sourceIssueId = IdField(required=False, allow_null=True)
+    sourceIssueIds = serializers.ListField(child=IdField(), required=False, max_length=MAX_LIST_ITEMS)
+
+    def validate(self, attrs):
+        one = attrs.pop("sourceIssueId", None)
+        attrs["sourceIssueIds"] = list(dict.fromkeys([*([one] if one else []), *attrs.get("sourceIssueIds", [])]))
+        return attrs
+
+
+class AgentHireResultSerializer(serializers.Serializer):
+    agent = AgentRecordSerializer()
+    approval = ApprovalSerializer(allow_null=True, help_text="The pending hire_agent approval when the company "
+                                                             "requires board approval for new agents, else null.")
 
 
 class AgentPatchSerializer(StrictSerializer):

@@ -1,6 +1,6 @@
 """Agents and runs over the API, upstream-compatible (paperclip-api.md §5.1): the company's
-agents, hire / update / delete / permissions, pause / resume / terminate, keys, the on-demand heartbeat,
-the agent's inbox-lite, and the board's run controls.
+agents, create / hire (agent-hires) / update / delete / permissions, pause / resume / terminate, keys,
+the on-demand heartbeat, the agent's inbox-lite, and the board's run controls.
 
 Thin views: parse, call a selector or ``issues.services.agents`` / ``runs``, serialize. Board users
 see adapter configurations whole; agents see them redacted.
@@ -17,6 +17,7 @@ from issues.filtersets import AgentFilterSet, openapi_parameters
 from issues.models import Agent
 from issues.services import agents as agent_services
 from issues.services import runs as run_services
+from issues.services.agent_hires import agent_hire
 from issues.services.companies import agent_api_key_create, agent_create
 from issues.services.lookups import company_object
 
@@ -68,6 +69,35 @@ class CompanyAgentsView(APIView):
             permissions=data.get("permissions"), icon=data["icon"], metadata=data["metadata"],
         )
         return agent_response(actor, agent, code=status.HTTP_201_CREATED)
+
+
+class CompanyAgentHiresView(APIView):
+    @extend_schema(request=a.AgentHireSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={201: a.AgentHireResultSerializer, **ERRORS}, operation_id="company_agent_hires_create",
+                   description="Hire an agent: who may create agents may hire (board users; an agent with "
+                               "`permissions.canCreateAgents`, else 403 `Missing permission: agents:create`). When "
+                               "the company's `requireBoardApprovalForNewAgents` is on, the agent is created "
+                               "`pending_approval` (its keys do not authenticate, work cannot be assigned to it: "
+                               "409 `Cannot assign work to pending approval agents`, nothing wakes it) with a "
+                               "pending `hire_agent` approval whose payload is the draft and `agentId`, linked to "
+                               "`sourceIssueId`/`sourceIssueIds`; approving it makes the agent `idle`, rejecting "
+                               "it terminates the agent. Otherwise the agent is created `idle` and `approval` is "
+                               "null. 201 `{agent, approval}`.")
+    def post(self, request, company_id):
+        actor = actor_from_request(request)
+        company = actor.company(company_id)
+        data = parse(a.AgentHireSerializer, request)
+        agent, approval = agent_hire(
+            actor=actor, company=company, source_issue_ids=data["sourceIssueIds"], name=data["name"],
+            role=data["role"], title=data["title"],
+            reports_to=company_object(Agent, company.pk, data.get("reportsTo"), "reportsTo"),
+            capabilities=data["capabilities"], adapter_type=data["adapterType"], adapter_config=data["adapterConfig"],
+            runtime_config=data["runtimeConfig"], budget_monthly_cents=data["budgetMonthlyCents"],
+            permissions=data.get("permissions"), icon=data["icon"], metadata=data["metadata"],
+        )
+        body = a.AgentHireResultSerializer({"agent": agent, "approval": approval},
+                                           context={"redact": not actor.is_board}).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class AgentDetailView(APIView):

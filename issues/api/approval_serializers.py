@@ -60,6 +60,10 @@ class ApprovalDecisionSerializer(StrictSerializer):
         return attrs
 
 
+class ApprovalLinkSerializer(StrictSerializer):
+    approvalId = IdField()
+
+
 class ApprovalResubmitSerializer(StrictSerializer):
     payload = serializers.DictField(required=False, help_text="Replaces the payload; omitted keeps it.")
 

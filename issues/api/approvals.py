@@ -16,6 +16,7 @@ from issues.services import approvals as approval_services
 
 from . import approval_serializers as a
 from . import serializers as s
+from .agent_serializers import OkSerializer
 from .views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, parse
 
 STATUS_PARAM = OpenApiParameter("status", {"type": "string", "enum": list(ApprovalStatus.values)},
@@ -140,3 +141,38 @@ class ApprovalCommentsView(APIView):
         data = parse(a.ApprovalCommentCreateSerializer, request)
         comment = comment_services.approval_comment_add(actor=actor, approval=approval, body=data["body"])
         return Response(a.ApprovalCommentSerializer(comment).data, status=status.HTTP_201_CREATED)
+
+
+LINK_RULE = ("Board users with a write role; agents with the CEO role or `canCreateAgents` (else 403 `Missing "
+             "permission to link approvals`).")
+
+
+class IssueApprovalsView(APIView):
+    @extend_schema(responses={200: a.ApprovalSerializer(many=True), **ERRORS}, operation_id="issues_approvals_list",
+                   description="The approvals linked to the issue, in the order they were linked.")
+    def get(self, request, issue_id):
+        issue = selectors.issue_get(actor=actor_from_request(request), pk=issue_id)
+        return Response(a.ApprovalSerializer(selectors.issue_approvals(issue), many=True).data)
+
+    @extend_schema(request=a.ApprovalLinkSerializer, parameters=[RUN_HEADER_PARAM],
+                   responses={201: a.ApprovalSerializer(many=True), **ERRORS}, operation_id="issues_approvals_link",
+                   description="Link an approval of the issue's company (404 naming `approvalId` otherwise); "
+                               "linking a linked one changes nothing. Answers the issue's approvals. " + LINK_RULE)
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        data = parse(a.ApprovalLinkSerializer, request)
+        approval_services.issue_approval_link(actor=actor, issue=issue, approval_id=data["approvalId"])
+        return Response(a.ApprovalSerializer(selectors.issue_approvals(issue), many=True).data,
+                        status=status.HTTP_201_CREATED)
+
+
+class IssueApprovalLinkView(APIView):
+    @extend_schema(request=None, parameters=[RUN_HEADER_PARAM], responses={200: OkSerializer, **ERRORS},
+                   operation_id="issues_approvals_unlink",
+                   description="Remove the link; an approval that is not linked changes nothing. " + LINK_RULE)
+    def delete(self, request, issue_id, approval_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        approval_services.issue_approval_unlink(actor=actor, issue=issue, approval_id=approval_id)
+        return Response(OkSerializer({"ok": True}).data)

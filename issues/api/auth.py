@@ -18,6 +18,10 @@ from issues.models.board_key import BOARD_KEY_PREFIX
 from issues.services.runs import run_touch_activity
 from paperclip.core import rows
 
+# Statuses whose agent is not authenticated at all (ref §2: terminated and pending_approval agents).
+REFUSED_AGENT_STATUSES = {AgentStatus.TERMINATED: "This agent has been terminated.",
+                          AgentStatus.PENDING_APPROVAL: "This agent is waiting for the board to approve its hire."}
+
 # last_used_at is bookkeeping; writing it on every request would turn reads into writes.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
@@ -72,8 +76,9 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
         key = agent_key_lookup(hash_key(token))
         if key is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
-        if key.agent.status == AgentStatus.TERMINATED:
-            raise exceptions.AuthenticationFailed("This agent has been terminated.")
+        refused = REFUSED_AGENT_STATUSES.get(key.agent.status)
+        if refused:
+            raise exceptions.AuthenticationFailed(refused)
         now = timezone.now()
         # Any request made from a run keeps it alive (throttled; the write also proves a
         # run-scoped key's run is live, so the check below is only needed when nothing was written).

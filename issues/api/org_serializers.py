@@ -308,7 +308,7 @@ class CompanySerializer(serializers.Serializer):
     issuePrefix = serializers.CharField(source="issue_prefix")
     budgetMonthlyCents = serializers.IntegerField(source="budget_monthly_cents")
     spentMonthlyCents = serializers.IntegerField(source="spent_monthly_cents")
-    requireBoardApprovalForNewAgents = serializers.SerializerMethodField()
+    requireBoardApprovalForNewAgents = serializers.BooleanField(source="require_board_approval_for_new_agents")
     brandColor = serializers.SerializerMethodField()
     logoAssetId = serializers.SerializerMethodField()
     logoUrl = serializers.SerializerMethodField()
@@ -318,9 +318,6 @@ class CompanySerializer(serializers.Serializer):
 
     def get_description(self, company) -> str | None:
         return company.description or None
-
-    def get_requireBoardApprovalForNewAgents(self, company) -> bool:
-        return False
 
     def get_brandColor(self, company) -> str | None:
         return None
@@ -337,6 +334,9 @@ class CompanyPatchSerializer(StrictSerializer):
     description = serializers.CharField(required=False, allow_blank=True, allow_null=True)
     status = serializers.ChoiceField(choices=COMPANY_STATUSES, required=False)
     budgetMonthlyCents = serializers.IntegerField(min_value=0, max_value=BUDGET_MAX, required=False)
+    requireBoardApprovalForNewAgents = serializers.BooleanField(
+        required=False, help_text="Board users: hires (POST /companies/{id}/agent-hires) wait as pending_approval "
+                                  "until their hire_agent approval is approved.")
 
     def to_internal_value(self, data):
         if isinstance(data, dict) and "issuePrefix" in data:

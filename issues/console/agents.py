@@ -14,10 +14,11 @@ from django.views.decorators.http import require_GET
 from issues.choices import AdapterType, AgentRole
 from issues.exceptions import ApiError, NotFound
 from issues.models import Agent, AgentApiKey, HeartbeatRun
-from issues.selectors import agent_console_list, assignable_agents, scoped_get
+from issues.selectors import agent_console_list, assignable_agents, hire_approval, scoped_get
 from issues.services.agent_grants import agent_permissions, may_assign_tasks
+from issues.services import agents as agent_services
 from issues.services.agents import agent_adapter_update, agent_pause, agent_permissions_update, agent_resume
-from issues.services.companies import agent_api_key_create, agent_api_key_revoke, agent_create
+from issues.services.companies import agent_api_key_create, agent_create
 
 from .base import adopt_company, error_text, perform, render_page
 from .permissions import MANAGE_AGENTS, console_action, console_actor, console_page, require_role
@@ -111,6 +112,7 @@ def _detail_context(request, agent, **extra):
         "agent": agent,
         "permissions": agent_permissions(agent),
         "may_assign": may_assign_tasks(agent),
+        "hire_approval": hire_approval(agent),
         "keys": list(AgentApiKey.objects.filter(agent=agent, run__isnull=True).order_by("-created_at")),
         "runs": list(HeartbeatRun.objects.filter(agent=agent).select_related("issue")
                      .order_by("-created_at")[:AGENT_RUNS_SHOWN]),
@@ -176,7 +178,8 @@ def agent_key_revoke(request, agent_id, key_id):
     key = AgentApiKey.objects.filter(agent=agent, pk=key_id).first()
     if key is None:
         raise NotFound("Key not found.")
-    return perform(request, lambda: agent_api_key_revoke(key=key, actor=console_actor(request)),
+    revoke = agent_services.agent_key_revoke
+    return perform(request, lambda: revoke(actor=console_actor(request), agent=agent, key_id=key.pk),
                    success=f"Key {key.prefix}… revoked.", redirect_to=agent_url(agent))
 
 

@@ -9,7 +9,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from issues.choices import ApprovalStatus
-from issues.selectors import APPROVAL_OPEN_STATUSES, approval_get, approval_history, approval_issues, approval_list
+from issues.selectors import (APPROVAL_OPEN_STATUSES, approval_get, approval_history, approval_issues, approval_list,
+                              hired_agent)
 from issues.services.approvals import approval_decide
 
 from .base import adopt_company, perform, render_page
@@ -53,6 +54,7 @@ def approval_detail(request, approval_id):
     approval = _approval(request, approval_id)
     context = {
         "company": approval.company, "approval": approval, "issues": approval_issues(approval),
+        "hired_agent": hired_agent(approval),
         "history": list(approval_history(approval)), "is_open": approval.status in APPROVAL_OPEN_STATUSES,
         # request revision only from pending (upstream); approve and reject from either open status
         "can_request_revision": approval.status == ApprovalStatus.PENDING,

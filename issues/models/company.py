@@ -17,6 +17,9 @@ class Company(UUIDModel):
     budget_monthly_cents = models.PositiveBigIntegerField(default=0)
     spent_monthly_cents = models.PositiveBigIntegerField(default=0)
     spend_period = models.CharField(max_length=7, blank=True, help_text="The month (YYYY-MM) spend counts for.")
+    require_board_approval_for_new_agents = models.BooleanField(
+        default=False, help_text="A hire (POST /agent-hires) waits as pending_approval until a board user "
+                                 "approves its hire_agent approval.")
 
     class Meta:
         verbose_name_plural = "companies"

@@ -18,8 +18,8 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from issues.api.auth import LAST_USED_RESOLUTION, bearer_token
-from issues.choices import LIVE_RUN_STATUSES, AgentStatus
+from issues.api.auth import LAST_USED_RESOLUTION, REFUSED_AGENT_STATUSES, bearer_token
+from issues.choices import LIVE_RUN_STATUSES
 from issues.exceptions import Forbidden, NotFound
 from issues.models import AgentApiKey
 from issues.models.agent import hash_key
@@ -57,8 +57,9 @@ class RunnerKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Invalid API key.")
         if key.run_id is None:
             raise _runner_key_required()  # a valid agent key, but not a runner credential
-        if key.agent.status == AgentStatus.TERMINATED:
-            raise exceptions.AuthenticationFailed("This agent has been terminated.")
+        refused = REFUSED_AGENT_STATUSES.get(key.agent.status)
+        if refused:
+            raise exceptions.AuthenticationFailed(refused)
         now = timezone.now()
         key.runner_grace = False
         if key.revoked_at is not None:

@@ -28,6 +28,14 @@ from .wakeups import agent_wakeup, ensure_may_invoke
 MANUAL_PAUSE = "paused by the board"
 
 
+def _ensure_not_pending(agent: Agent, what: str) -> None:
+    """A hire waiting for approval leaves that state only through its ``hire_agent`` approval
+    (approved: idle; rejected: terminated), never by a pause, a resume or a status PATCH."""
+    if agent.status == AgentStatus.PENDING_APPROVAL:
+        raise Conflict(f"Pending approval agents cannot be {what}", code="agent_pending_approval",
+                       details={"status": ["Approve or reject the agent's hire_agent approval."]})
+
+
 def _locked(agent: Agent) -> Agent:
     return Agent.objects.select_for_update().get(pk=agent.pk)
 
@@ -69,6 +77,7 @@ def agent_pause(*, actor: Actor, agent: Agent, reason: str = "", stop_runs: bool
         agent = _locked(agent)
         if agent.status == AgentStatus.TERMINATED:
             raise Conflict("A terminated agent cannot be paused.", code="agent_terminated")
+        _ensure_not_pending(agent, "paused")
         if stopped_by_company(agent):  # the board's own pause: it outlasts the company's stop
             agent.pause_reason = (reason or MANUAL_PAUSE)[:200]
             agent.save(update_fields=["pause_reason", "updated_at"])
@@ -95,6 +104,7 @@ def agent_resume(*, actor: Actor, agent: Agent, strict: bool = True) -> Agent:
         agent = _locked(agent)
         if not strict and agent.status == AgentStatus.TERMINATED:
             raise Conflict("Cannot resume terminated agent", code="agent_terminated")
+        _ensure_not_pending(agent, "resumed")
         if not strict and agent.status not in (AgentStatus.PAUSED, AgentStatus.ERROR):
             return agent
         if strict and agent.status != AgentStatus.PAUSED:
@@ -231,6 +241,7 @@ def agent_update(*, actor: Actor, agent: Agent, changes: dict) -> Agent:
             if status is not None and status != agent.status:
                 if agent.status == AgentStatus.TERMINATED:
                     raise Conflict("A terminated agent stays terminated.", code="agent_terminated")
+                _ensure_not_pending(agent, "given another status")
                 changed.append("status")
             if changed:
                 agent.save()

@@ -4,7 +4,8 @@ Lifecycle and messages follow upstream Paperclip (``paperclip-api.md`` §5.3): `
 approved | rejected``; ``pending -> revision_requested -> (resubmit) -> pending``; approve and
 reject are also allowed from ``revision_requested``. Approving what is already approved (or
 rejecting what is already rejected) answers the approval unchanged, without a second wake.
-Every decision wakes the requesting agent through the one wakeup service, with the approval's
+A ``hire_agent`` decision settles the hired agent (services.hire_settlement). Every decision wakes the
+requesting agent through the one wakeup service, with the approval's
 id, status and linked issues in the run context (the run environment's ``PAPERCLIP_APPROVAL_*``).
 """
 from __future__ import annotations
@@ -13,12 +14,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from issues.actors import Actor
-from issues.choices import TERMINAL_ISSUE_STATUSES, ApprovalStatus, ApprovalType, WakeSource
+from issues.choices import TERMINAL_ISSUE_STATUSES, AgentRole, ApprovalStatus, ApprovalType, WakeSource
 from issues.exceptions import Forbidden, InvalidInput, NotFound, Unprocessable
 from issues.models import Agent, Approval, ApprovalIssue, Issue, WakeupRequest
 from issues.selectors import approval_issues
 
 from .activity import activity_record
+from .agent_grants import agent_permissions
+from .hire_settlement import hire_settle
 from .lookups import company_object
 from .wakeups import agent_wakeup
 
@@ -45,14 +48,14 @@ def default_title(type: str, payload: dict) -> str:
     return type.replace("_", " ").capitalize()
 
 
-def _linked_issues(company, issue_ids) -> list[Issue]:
+def linked_issues(company, issue_ids, field: str = "issueIds") -> list[Issue]:
     """Every id must name an issue of the company; checked before anything is written."""
     requested = [str(i) for i in issue_ids]
     found = {str(i.pk): i for i in Issue.objects.filter(company=company, pk__in=set(requested))}
     # Per position, DRF style; the ids are not echoed (another company's id reads like an unknown one).
     missing = {str(n): ["No such issue in this company."] for n, i in enumerate(requested) if i not in found}
     if missing:
-        raise NotFound("Issue not found.", details={"issueIds": missing})
+        raise NotFound("Issue not found.", details={field: missing})
     return [found[i] for i in dict.fromkeys(requested)]
 
 
@@ -69,7 +72,7 @@ def approval_create(*, actor: Actor, company, type: str, payload: dict, title: s
     if title is not None and not title.strip():
         raise InvalidInput(details={"title": ["This field may not be blank."]})
     requester = company_object(Agent, company.pk, requested_by_agent_id, "requestedByAgentId") or actor.agent
-    issues = _linked_issues(company, issue_ids)
+    issues = linked_issues(company, issue_ids)
     with transaction.atomic():
         approval = Approval.objects.create(
             company=company, type=type, payload=payload, title=(title or default_title(type, payload))[:TITLE_MAX],
@@ -104,6 +107,7 @@ def approval_decide(*, actor: Actor, approval: Approval, status: str, note: str 
         approval.status, approval.decision_note = status, note
         approval.decided_by_user, approval.decided_at = actor.user, timezone.now()
         approval.save(update_fields=["status", "decision_note", "decided_by_user", "decided_at", "updated_at"])
+        hire_settle(actor=actor, approval=approval)  # a hire's agent starts work or is terminated
         linked = approval_issues(approval)
         activity_record(actor=actor, company_id=approval.company_id, action=action, entity_type="approval",
                         entity_id=approval.pk,
@@ -155,3 +159,40 @@ def approval_resubmit(*, actor: Actor, approval: Approval, payload: dict | None 
                         entity_type="approval", entity_id=approval.pk,
                         details={"type": approval.type, "payloadChanged": payload is not None})
     return approval
+
+
+def ensure_may_link_approvals(actor: Actor, company_id) -> None:
+    """Upstream's rule for linking approvals to issues after the fact: board users with a write role;
+    agents with the CEO role or ``canCreateAgents``."""
+    actor.ensure_can_write(company_id)
+    if actor.is_agent:
+        if actor.agent.role != AgentRole.CEO and not agent_permissions(actor.agent)["canCreateAgents"]:
+            raise Forbidden("Missing permission to link approvals", code="missing_permission")
+        actor.named_live_run()  # approvals are not run-scoped (ref §2.3)
+
+
+def issue_approval_link(*, actor: Actor, issue: Issue, approval_id) -> bool:
+    """Link an approval of the issue's company to the issue (``POST /issues/{id}/approvals``); linking
+    a linked one changes nothing. True when a link was made."""
+    # (the id first: another company's approval is a 404 for every caller, as everywhere)
+    approval = company_object(Approval, issue.company_id, approval_id, "approvalId")
+    ensure_may_link_approvals(actor, issue.company_id)
+    with transaction.atomic():
+        _, created = ApprovalIssue.objects.get_or_create(approval=approval, issue=issue)
+        if created:
+            activity_record(actor=actor, company_id=issue.company_id, action="issue.approval_linked",
+                            entity_type="issue", entity_id=issue.pk, details={"approvalId": str(approval.pk)})
+    return created
+
+
+def issue_approval_unlink(*, actor: Actor, issue: Issue, approval_id) -> bool:
+    """Remove the link (``DELETE /issues/{id}/approvals/{approvalId}``); an approval that is not linked
+    (or another company's) changes nothing, as upstream. True when a link was removed."""
+    ensure_may_link_approvals(actor, issue.company_id)
+    with transaction.atomic():
+        removed, _ = ApprovalIssue.objects.filter(issue=issue, approval_id=approval_id,
+                                                  approval__company_id=issue.company_id).delete()
+        if removed:
+            activity_record(actor=actor, company_id=issue.company_id, action="issue.approval_unlinked",
+                            entity_type="issue", entity_id=issue.pk, details={"approvalId": str(approval_id)})
+    return bool(removed)

@@ -35,9 +35,10 @@ def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, 
                  reports_to: Agent | None = None, adapter_type: str = "none", adapter_config=None,
                  runtime_config=None, budget_monthly_cents: int = 0, capabilities: str = "",
                  permissions: dict | None = None, icon: str = "", metadata: dict | None = None,
-                 actor: Actor = SYSTEM) -> Agent:
+                 pending_approval: bool = False, actor: Actor = SYSTEM) -> Agent:
     """``permissions`` (upstream's flags) only from the board; an agent creates agents only with
-    ``canCreateAgents`` (services.agents.ensure_can_create_agents)."""
+    ``canCreateAgents`` (services.agents.ensure_can_create_agents). ``pending_approval``: a hire that
+    waits for the board (services.agent_hires), whatever the company's stop."""
     ensure_can_create_agents(actor, company.id, sets_permissions=permissions is not None)
     if role not in AgentRole.values:
         raise InvalidInput(details={"role": [f"'{role}' is not one of {', '.join(AgentRole.values)}."]})
@@ -57,7 +58,8 @@ def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, 
                 capabilities=capabilities, permissions=dict(permissions or {}), icon=icon or "",
                 metadata=dict(metadata or {}),
                 # born into a stopped company: paused with its reason, resumed when the stop lifts
-                **({"status": AgentStatus.PAUSED, "pause_reason": stop} if stop else {}),
+                **({"status": AgentStatus.PENDING_APPROVAL} if pending_approval
+                   else {"status": AgentStatus.PAUSED, "pause_reason": stop} if stop else {}),
             )
             activity_record(actor=actor, company_id=company.id, action="agent.created", entity_type="agent",
                             entity_id=agent.id, details={"name": name, "role": role})
@@ -80,14 +82,3 @@ def agent_api_key_create(*, agent: Agent, name: str = "default", actor: Actor = 
         activity_record(actor=actor, company_id=agent.company_id, action="agent_key.created",
                         entity_type="agent_api_key", entity_id=key.id, details={"prefix": key.prefix})
     return key, raw
-
-
-def agent_api_key_revoke(*, key: AgentApiKey, actor: Actor = SYSTEM) -> AgentApiKey:
-    from django.utils import timezone
-
-    with transaction.atomic():
-        AgentApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-        key.refresh_from_db()
-        activity_record(actor=actor, company_id=key.agent.company_id, action="agent_key.revoked",
-                        entity_type="agent_api_key", entity_id=key.id, details={"prefix": key.prefix})
-    return key

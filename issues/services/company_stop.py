@@ -22,7 +22,8 @@ from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.urls import reverse
 
 from issues.actors import SYSTEM, Actor
-from issues.choices import LIVE_RUN_STATUSES, AgentStatus, CompanyStatus
+from issues.choices import (LIVE_RUN_STATUSES, NO_WORK_AGENT_STATUSES, NOT_RUNNABLE_AGENT_STATUSES, AgentStatus,
+                            CompanyStatus)
 from issues.exceptions import Conflict
 from issues.models import Agent, Company, HeartbeatRun
 
@@ -78,14 +79,16 @@ def ensure_company_running(company_id) -> None:
 
 def company_agents_sync(*, company_id, actor: Actor = SYSTEM) -> dict:
     """Make the company's agents agree with its stop. Stopping pauses every agent that is neither
-    paused (by the board) nor terminated, ``pause_reason`` = the company's reason, then cancels
-    every live run of the company; lifting resumes the agents paused for a company reason (one
-    whose own budget is spent keeps its own budget stop). Audited per agent (``agent.paused`` /
-    ``agent.resumed``, by ``actor``) and, for the budget, per company (``company.budget_stop_lifted``);
-    the runs are cancelled by the system (``heartbeat.cancelled`` with the reason). Returns what it changed."""
+    paused (by the board), terminated nor waiting for its hire's approval, ``pause_reason`` = the
+    company's reason, then cancels every live run of the company; lifting resumes the agents paused
+    for a company reason (one whose own budget is spent keeps its own budget stop). Audited per
+    agent (``agent.paused`` / ``agent.resumed``, by ``actor``) and, for the budget, per company
+    (``company.budget_stop_lifted``); the runs are cancelled by the system (``heartbeat.cancelled``
+    with the reason). Returns what it changed."""
     with transaction.atomic():
+        # (a hire waiting for approval runs nothing and is not the stop's to pause or resume)
         agents = list(Agent.objects.select_for_update().filter(company_id=company_id)
-                      .exclude(status=AgentStatus.TERMINATED).order_by("pk"))
+                      .exclude(status__in=NO_WORK_AGENT_STATUSES).order_by("pk"))
         company = company_for_stop(company_id)  # read after the agents' locks: the latest committed state
         reason = company_stop_reason(company)
         if reason is None:
@@ -157,8 +160,7 @@ def company_stops_reconcile(now=None) -> int:
     stopped = Q(status__in=(CompanyStatus.PAUSED, CompanyStatus.ARCHIVED)) | over_budget
     reason = Case(When(status=CompanyStatus.ARCHIVED, then=Value(COMPANY_ARCHIVED)),
                   When(status=CompanyStatus.PAUSED, then=Value(COMPANY_PAUSED)), default=Value(COMPANY_BUDGET))
-    unstopped = Agent.objects.filter(company_id=OuterRef("pk")).exclude(
-        status__in=(AgentStatus.PAUSED, AgentStatus.TERMINATED))
+    unstopped = Agent.objects.filter(company_id=OuterRef("pk")).exclude(status__in=NOT_RUNNABLE_AGENT_STATUSES)
     held = Agent.objects.filter(company_id=OuterRef("pk"), status=AgentStatus.PAUSED, pause_reason__in=COMPANY_REASONS)
     running = HeartbeatRun.objects.filter(company_id=OuterRef("pk"), status__in=LIVE_RUN_STATUSES,
                                           stop_requested_at__isnull=True)

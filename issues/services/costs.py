@@ -175,12 +175,14 @@ def company_budget_set(*, actor: Actor, company: Company, budget_monthly_cents: 
 
 # --- company settings -------------------------------------------------------------------------------------
 COMPANY_FIELDS = {"name": "name", "description": "description", "status": "status",
-                  "budgetMonthlyCents": "budget_monthly_cents"}
+                  "budgetMonthlyCents": "budget_monthly_cents",
+                  "requireBoardApprovalForNewAgents": "require_board_approval_for_new_agents"}
 CEO_FIELDS = ("name", "description")  # upstream: a CEO agent may change the company's branding only
 
 
 def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
-    """Board users (write roles) change name, description, status and budget; a CEO agent the
+    """Board users (write roles) change name, description, status, budget and whether hires wait for
+    the board's approval; a CEO agent the
     name and description; the issue prefix never changes (identifiers are built from it)."""
     if actor.is_agent and (actor.agent.role != AgentRole.CEO or set(changes) - set(CEO_FIELDS)):
         raise Forbidden("Only CEO agents or board users may update company settings", code="board_only")
@@ -197,6 +199,8 @@ def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
             raise InvalidInput(details={"status": [f"Must be one of {', '.join(COMPANY_STATUSES)}."]})
         elif name == "budgetMonthlyCents":
             value = _budget_value(value)
+        elif name == "requireBoardApprovalForNewAgents" and not isinstance(value, bool):
+            raise InvalidInput(details={name: ["Must be true or false."]})
         values[COMPANY_FIELDS[name]] = value
     with transaction.atomic():
         company = Company.objects.select_for_update().get(pk=company.pk)

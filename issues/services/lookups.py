@@ -60,15 +60,19 @@ def assignable_user(company_id, pk, field: str = "assigneeUserId"):
 
 
 def assignable_agent(company_id, pk, field: str = "assigneeAgentId", *, loaded=None):
-    """An agent of the company that can take work: a terminated agent never runs again. ``loaded``:
-    the agent as the caller read it in this transaction (checked the same way, not read again)."""
+    """An agent of the company that can take work: a terminated agent never runs again, a pending
+    one only once its hire is approved. ``loaded``: the agent as the caller read it in this
+    transaction (checked the same way, not read again)."""
     from issues.choices import AgentStatus
     from issues.models import Agent
 
     if loaded is not None and str(loaded.company_id) != str(company_id):
         raise _not_found(Agent, field)
     agent = loaded if loaded is not None else company_object(Agent, company_id, pk, field)
-    if agent is not None and agent.status == AgentStatus.TERMINATED:  # upstream's 409 and message
+    if agent is not None and agent.status == AgentStatus.TERMINATED:  # upstream's 409s and messages
         raise Conflict("Cannot assign work to terminated agents", code="agent_terminated",
                        details={field: [f"Agent '{agent.name}' is terminated and cannot take work."]})
+    if agent is not None and agent.status == AgentStatus.PENDING_APPROVAL:
+        raise Conflict("Cannot assign work to pending approval agents", code="agent_pending_approval",
+                       details={field: [f"Agent '{agent.name}' takes work once the board approves its hire."]})
     return agent

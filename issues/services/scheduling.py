@@ -9,7 +9,7 @@ from django.utils import timezone
 from issues import events
 
 from issues.actors import SYSTEM
-from issues.choices import AgentStatus, WakeSource
+from issues.choices import NOT_RUNNABLE_AGENT_STATUSES, WakeSource
 from issues.models import Agent, Company, WakeupRequest
 
 from .activity import activity_record
@@ -24,7 +24,7 @@ def timer_heartbeats(*, now=None) -> int:
     """Wake agents whose runtime config asks for a heartbeat every N seconds (idle ones are skipped)."""
     now = now or timezone.now()
     woken = 0
-    for agent in Agent.objects.exclude(status__in=(AgentStatus.PAUSED, AgentStatus.TERMINATED)):
+    for agent in Agent.objects.exclude(status__in=NOT_RUNNABLE_AGENT_STATUSES):
         interval = (agent.runtime_config or {}).get("heartbeatIntervalSeconds")
         if not isinstance(interval, int) or interval <= 0:
             continue

@@ -2,7 +2,7 @@
 worker's first heartbeat (which starts its run itself) and a wake (skipped for the same reason)."""
 from __future__ import annotations
 
-from issues.choices import AgentStatus
+from issues.choices import NOT_RUNNABLE_AGENT_STATUSES, AgentStatus
 
 AGENT_BUDGET_STOP = "budget_exceeded"  # Agent.pause_reason while its own monthly budget is spent
 COMPANY_REASONS = ("company_archived", "company_paused", "company_budget_exceeded")  # company_stop's
@@ -22,13 +22,13 @@ def stopped_by_company(agent) -> str | None:
 
 def start_refusal(agent) -> str | None:
     """Why a run of ``agent`` (a row read under its lock) must not start: ``agent_paused``,
-    ``agent_terminated``, ``budget_exceeded`` or the company's stop (``company_paused``,
-    ``company_archived``, ``company_budget_exceeded``: services.company_stop) — the run is cancelled
-    with that reason; None when it may."""
+    ``agent_terminated``, ``agent_pending_approval``, ``budget_exceeded`` or the company's stop
+    (``company_paused``, ``company_archived``, ``company_budget_exceeded``: services.company_stop) —
+    the run is cancelled with that reason; None when it may."""
     company_reason = stopped_by_company(agent)
     if company_reason:
         return company_reason
-    if agent.status in (AgentStatus.PAUSED, AgentStatus.TERMINATED):
+    if agent.status in NOT_RUNNABLE_AGENT_STATUSES:
         return f"agent_{agent.status}"
     if own_budget_spent(agent):
         return AGENT_BUDGET_STOP

@@ -23,8 +23,8 @@ from django.utils import timezone
 from issues.actors import SYSTEM, Actor
 from issues.choices import (
     LIVE_RUN_STATUSES,
+    NOT_RUNNABLE_AGENT_STATUSES,
     TERMINAL_ISSUE_STATUSES,
-    AgentStatus,
     IssueStatus,
     WakeSource,
     WakeStatus,
@@ -247,7 +247,7 @@ def _coalesce_sql(has_issue: bool, asynchronous: bool) -> str:
     live = ", ".join(map(_sql_literal, LIVE_RUN_STATUSES))
     # the skip reasons a wake without comment ids can have (as _skip_reason): none, or no row
     skip = (f"EXISTS (SELECT 1 FROM {q(Agent._meta.db_table)} a WHERE a.id = CAST(%(agent)s AS uuid) "
-            f"AND a.status NOT IN ({_sql_literal(AgentStatus.PAUSED)}, {_sql_literal(AgentStatus.TERMINATED)}) "
+            f"AND a.status NOT IN ({', '.join(map(_sql_literal, NOT_RUNNABLE_AGENT_STATUSES))}) "
             "AND NOT (a.budget_monthly_cents > 0 AND a.spent_monthly_cents >= a.budget_monthly_cents))")
     if has_issue:
         skip += (f" AND EXISTS (SELECT 1 FROM {q(Issue._meta.db_table)} i WHERE i.id = CAST(%(issue)s AS uuid) "

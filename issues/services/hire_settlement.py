@@ -1,0 +1,94 @@
+"""What a decided ``hire_agent`` approval does to its agent (upstream's approval service): approved,
+the pending agent starts work (``idle``, or paused with the company's reason while the company is
+stopped) or, when the approval names no agent (one filed through ``POST /approvals`` with the draft
+alone), the agent is created from the draft; rejected, the pending agent is terminated.
+
+Called by ``approvals.approval_decide`` inside its transaction: a draft that cannot be created fails
+the decision as a whole (nothing half-written). Below ``approvals`` and ``agent_hires``, so neither
+imports the other's module circle.
+"""
+from __future__ import annotations
+
+import uuid
+
+from issues.actors import Actor
+from issues.choices import AdapterType, AgentStatus, ApprovalStatus, ApprovalType
+from issues.exceptions import Conflict, InvalidInput
+from issues.models import Agent, Approval
+
+from .activity import activity_record
+from .agents import agent_terminate
+from .companies import agent_create
+from .company_stop import company_for_stop, company_stop_reason
+
+# The draft fields an approval without an agent creates one from (upstream's names).
+DRAFT_FIELDS = {"name": "name", "role": "role", "title": "title", "capabilities": "capabilities",
+                "adapterType": "adapter_type", "adapterConfig": "adapter_config",
+                "runtimeConfig": "runtime_config", "budgetMonthlyCents": "budget_monthly_cents",
+                "icon": "icon", "metadata": "metadata"}
+_text = (lambda v: isinstance(v, str), "a string")
+_object = (lambda v: isinstance(v, dict), "a JSON object")
+DRAFT_TYPES = {"name": _text, "role": _text, "title": _text, "capabilities": _text, "adapter_type": _text,
+               "icon": _text, "adapter_config": _object, "runtime_config": _object, "metadata": _object,
+               "budget_monthly_cents": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63,
+                                        "a non-negative integer")}
+
+
+def hire_settle(*, actor: Actor, approval: Approval) -> Agent | None:
+    """Apply ``approval``'s decision to its agent; the agent it settled, or None (not a hire, not
+    decided, or its agent is gone or no longer waiting)."""
+    if approval.type != ApprovalType.HIRE_AGENT or approval.status not in (ApprovalStatus.APPROVED,
+                                                                           ApprovalStatus.REJECTED):
+        return None
+    payload = approval.payload if isinstance(approval.payload, dict) else {}
+    agent_id = payload.get("agentId")
+    if agent_id is None:
+        return _create_from_draft(actor, approval, payload) if approval.status == ApprovalStatus.APPROVED else None
+    agent = (Agent.objects.select_for_update().filter(pk=str(agent_id), company_id=approval.company_id).first()
+             if _is_uuid(agent_id) else None)
+    if agent is None or agent.status != AgentStatus.PENDING_APPROVAL:
+        return None  # deleted, or already settled (terminated by the board): nothing to do
+    if approval.status == ApprovalStatus.REJECTED:
+        return agent_terminate(actor=actor, agent=agent)
+    stop = company_stop_reason(company_for_stop(agent.company_id, lock=True))
+    agent.status, agent.pause_reason = (AgentStatus.PAUSED, stop) if stop else (AgentStatus.IDLE, "")
+    agent.save(update_fields=["status", "pause_reason", "updated_at"])
+    activity_record(actor=actor, company_id=agent.company_id, action="agent.hire_approved", entity_type="agent",
+                    entity_id=agent.pk, details={"approvalId": str(approval.pk), "status": agent.status})
+    return agent
+
+
+def _create_from_draft(actor: Actor, approval: Approval, payload: dict) -> Agent:
+    """The draft's agent, checked as any new agent is; an error names the payload's field."""
+    fields = {column: payload[name] for name, column in DRAFT_FIELDS.items() if payload.get(name) is not None}
+    fields.setdefault("name", "")
+    fields.setdefault("adapter_type", AdapterType.NONE)  # no adapter until the board configures one
+    reports_to = payload.get("reportsTo")
+    manager = (Agent.objects.filter(pk=str(reports_to), company_id=approval.company_id).first()
+               if _is_uuid(reports_to) else None)
+    try:
+        if not isinstance(fields["name"], str) or not fields["name"].strip():
+            raise InvalidInput(details={"name": ["Required to create the agent on approval."]})
+        wrong = {name: [f"Must be {DRAFT_TYPES[column][1]}."] for name, column in DRAFT_FIELDS.items()
+                 if column in fields and not DRAFT_TYPES[column][0](fields[column])}
+        if wrong:
+            raise InvalidInput(details=wrong)
+        if reports_to is not None and manager is None:
+            raise InvalidInput(details={"reportsTo": ["No such agent in this company."]})
+        agent = agent_create(actor=actor, company=approval.company, reports_to=manager, **fields)
+    except (InvalidInput, Conflict) as exc:
+        exc.details = {f"payload.{name}": reasons for name, reasons in exc.details.items()}
+        raise
+    activity_record(actor=actor, company_id=agent.company_id, action="agent.hire_approved", entity_type="agent",
+                    entity_id=agent.pk, details={"approvalId": str(approval.pk), "status": agent.status})
+    return agent
+
+
+def _is_uuid(value) -> bool:
+    if value is None:
+        return False
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
