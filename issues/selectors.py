@@ -48,6 +48,28 @@ def issue_detail(*, actor: Actor, pk) -> Issue:
     return issue
 
 
+CONTINUATION_SUMMARY_KEY = "continuation-summary"  # upstream's document key for a run's hand-over notes
+
+
+def heartbeat_context(*, actor: Actor, pk, wake_comment_id=None) -> dict:
+    """``GET /issues/{id}/heartbeat-context`` (ref §5.2, 2026): what an agent reads at the start of a
+    wake, in one answer: the issue with its blockers, its ancestors, project and goal, the comment
+    cursor (count and latest) to read the thread incrementally from, the wake comment when it is this
+    issue's, and the continuation summary document (withheld while quarantined)."""
+    issue = issue_detail(actor=actor, pk=pk)
+    wake = None
+    if wake_comment_id:
+        wake = Comment.objects.filter(issue=issue, pk=_uuid_or_error(wake_comment_id, "wakeCommentId")).first()
+    thread = Comment.objects.filter(issue=issue)
+    latest = thread.order_by("-created_at", "-id").values("id", "created_at").first()
+    summary = (Document.objects.select_related("latest_revision")
+               .filter(issue=issue, key=CONTINUATION_SUMMARY_KEY, quarantined_at__isnull=True).first())
+    return {"issue": issue, "ancestors": issue.ancestors, "project": issue.project, "goal": issue.goal,
+            "commentCursor": {"totalComments": thread.count(), "latestCommentId": latest and latest["id"],
+                              "latestCommentAt": latest and latest["created_at"]},
+            "wakeComment": wake, "attachments": [], "continuationSummary": summary}
+
+
 def walk_up(node, attr: str = "parent"):
     """Yield ``node``'s ancestors along ``attr``, nearest first; stops on a cycle."""
     seen = {node.pk}

@@ -239,6 +239,11 @@ def issue_path_cases():
                  lambda o, t, by=by: (f"/api/issues/{ref(t.wip, by)}/release", None)),
             Case(f"blockers-add[{by}]", "issue-blockers", "POST",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/blockers", {"blockerId": s(t.issue2)})),
+            Case(f"heartbeat-context[{by}]", "issue-heartbeat-context", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/heartbeat-context", None)),
+            Case(f"heartbeat-context-wakeCommentId[{by}]", "issue-heartbeat-context", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/heartbeat-context?wakeCommentId="
+                                      f"{s(t.comment)}", None)),
             Case(f"comments-list[{by}]", "issue-comments", "GET",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/comments", None)),
             Case(f"comments-create[{by}]", "issue-comments", "POST",

@@ -183,6 +183,16 @@ APPROVAL = {"id": is_uuid, "companyId": is_uuid, "type": one_of(APPROVAL_TYPE), 
             "payload": is_dict, "requestedByAgentId": n(is_uuid), "requestedByUserId": n(is_user_id),
             "decisionNote": n(is_str), "decidedByUserId": n(is_user_id), "decidedAt": n(is_dt),
             "createdAt": is_dt, "updatedAt": is_dt}
+HEARTBEAT_CONTEXT = {
+    "issue": lambda v: not problems(v, {k: ISSUE[k] for k in ("id", "identifier", "title", "status", "priority",
+                                                              "projectId", "goalId", "parentId", "assigneeAgentId",
+                                                              "updatedAt")}),
+    "ancestors": list_of(lambda v: not problems(v, {"id": is_uuid, "identifier": is_str, "title": is_str,
+                                                     "status": one_of(ISSUE_STATUS), "priority": one_of(PRIORITY)})),
+    "project": n(is_dict), "goal": n(is_dict), "wakeComment": n(lambda v: not problems(v, COMMENT)),
+    "commentCursor": lambda v: not problems(v, {"totalComments": is_int, "latestCommentId": n(is_uuid),
+                                                "latestCommentAt": n(is_dt)}),
+    "attachments": list_of(is_dict)}
 HIRE = {"agent": lambda v: not problems(v, AGENT_OBJ), "approval": n(lambda v: not problems(v, APPROVAL))}
 APPROVAL_COMMENT = {"id": is_uuid, "body": is_str, "createdAt": is_dt}
 GOAL = {"id": is_uuid, "companyId": is_uuid, "title": is_str, "description": n(is_str), "level": one_of(GOAL_LEVEL),
@@ -597,6 +607,9 @@ CASES = [
          check=checked_out, xfail={BOARD: BOARD_CHECKOUT_XFAIL}),
     Case("issues_release", "POST", "/issues/{issue}/release", both(200), ISSUE, setup=in_progress_for_release,
          check=released),
+    Case("issues_heartbeat_context", "GET", "/issues/{issue}/heartbeat-context", both(200), HEARTBEAT_CONTEXT,
+         check=lambda b, w, c: (b["issue"]["id"] == w.ids["issue"] and b["goal"]["id"] == w.ids["goal"]
+                                and b["commentCursor"]["totalComments"] >= 1) or pytest.fail(str(b))),
     Case("issues_comments_list", "GET", "/issues/{issue}/comments", both(200), array(COMMENT),
          query={"order": "asc"}, check=has_ids("comment")),
     Case("issues_comments_get", "GET", "/issues/{issue}/comments/{comment}", both(200), COMMENT,

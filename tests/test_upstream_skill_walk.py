@@ -102,13 +102,13 @@ class SkillClient:
     # Step 6
     def context(self, issue_id):
         compact = self.call("GET", f"/issues/{issue_id}/heartbeat-context")
-        if compact.status_code == 200:
-            issue = compact.json()["issue"]
-        else:  # seed/older docs: the issue and its thread
-            assert compact.status_code == 404, compact.text
-            issue = self.call("GET", f"/issues/{issue_id}").json()
-        thread = self.call("GET", f"/issues/{issue_id}/comments")
+        assert compact.status_code == 200, compact.text
+        issue, cursor = compact.json()["issue"], compact.json()["commentCursor"]
+        if not cursor["totalComments"]:  # nothing to read: the skill skips the thread
+            return issue, []
+        thread = self.call("GET", f"/issues/{issue_id}/comments")  # a cold start reads it whole
         assert thread.status_code == 200, thread.text
+        assert len(thread.json()) == cursor["totalComments"] and thread.json()[0]["id"] == cursor["latestCommentId"]
         return issue, thread.json()
 
     # Step 7

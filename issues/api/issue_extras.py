@@ -1,9 +1,9 @@
-"""Issue extras of the upstream API (issue #14): child issues and company labels.
+"""Issue extras of the upstream API (issue #14): child issues, company labels and the heartbeat context.
 
 ``DELETE /issues/{id}`` and the comment flags (``reopen``, ``interrupt``) live on the existing
 views (issues/api/views.py); the rules are in issues/services/{issues,thread,labels}.py.
 """
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,7 +16,8 @@ from issues.services import issues as issue_services
 from issues.services import labels as label_services
 
 from . import serializers as s
-from .issue_extra_serializers import ChildIssueCreateSerializer, LabelCreateSerializer, LabelSerializer
+from .issue_extra_serializers import (ChildIssueCreateSerializer, HeartbeatContextSerializer, LabelCreateSerializer,
+                                      LabelSerializer)
 from .views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, TASKS_ASSIGN_NOTE, issue_write_result, parse
 
 CHILD_FILTERS = [p for p in openapi_parameters(IssueFilterSet) if p.name not in ("parentId", "parentIssueId")]
@@ -99,3 +100,19 @@ class IssuesWithoutCompanyView(APIView):
                    description="Always a 400: issues are listed per company (GET /companies/{id}/issues).")
     def get(self, request):
         raise InvalidInput(MISSING_COMPANY, code="missing_company_id", details={"companyId": ["Required in the path."]})
+
+
+WAKE_COMMENT_PARAM = OpenApiParameter("wakeCommentId", str,
+                                      description="The comment that woke the agent (PAPERCLIP_WAKE_COMMENT_ID).")
+
+
+class IssueHeartbeatContextView(APIView):
+    @extend_schema(parameters=[WAKE_COMMENT_PARAM],
+                   responses={200: HeartbeatContextSerializer, **ERRORS}, operation_id="issues_heartbeat_context",
+                   description="Upstream's compact payload for the start of a wake: the issue with its "
+                               "blockers, its ancestors, project, goal, the comment cursor, the wake comment "
+                               "(only when it is this issue's) and the `continuation-summary` document.")
+    def get(self, request, issue_id):
+        context = selectors.heartbeat_context(actor=actor_from_request(request), pk=issue_id,
+                                              wake_comment_id=request.query_params.get("wakeCommentId", "").strip())
+        return Response(HeartbeatContextSerializer(context).data)

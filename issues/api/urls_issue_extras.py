@@ -9,6 +9,8 @@ urlpatterns = [
     path("issues/<str:issue_id>/comments/<str:comment_id>", issue_extras.IssueCommentDetailView.as_view(),
          name="issue-comment-detail"),
     path("issues/<str:issue_id>/children", issue_extras.IssueChildrenView.as_view(), name="issue-children"),
+    path("issues/<str:issue_id>/heartbeat-context", issue_extras.IssueHeartbeatContextView.as_view(),
+         name="issue-heartbeat-context"),
     path("companies/<str:company_id>/labels", issue_extras.CompanyLabelsView.as_view(), name="company-labels"),
     path("labels/<uuid:label_id>", issue_extras.LabelDetailView.as_view(), name="label-detail"),
 ]
