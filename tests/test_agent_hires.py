@@ -270,3 +270,18 @@ def test_deciding_the_hire_of_a_deleted_agent_decides_the_approval_alone(require
     assert response.status_code == 200, response.content
     assert response.json()["status"] == "approved"
     assert not Agent.objects.filter(pk=agent.pk).exists()
+
+
+def test_a_ceo_creates_agents_by_default_unless_the_board_said_no(make_agent_client, board_client, company):
+    """Upstream's normalizeAgentPermissions: canCreateAgents not set is the role's default (CEO: yes)."""
+    ceo = make_agent_client(company=company, role="ceo", permissions={})
+    assert ceo.get("/api/agents/me").json()["permissions"]["canCreateAgents"] is True
+    agent, _ = hire(ceo, company)
+    assert agent.status == "idle"
+    response = board_client.patch(f"/api/agents/{ceo.agent.pk}/permissions", {"canCreateAgents": False},
+                                  format="json")
+    assert response.status_code == 200 and response.json()["permissions"]["canCreateAgents"] is False
+    response = ceo.post(hires_url(company), draft(name="Second"), format="json")
+    assert response.status_code == 403, response.content
+    engineer = make_agent_client(company=company, role="engineer", permissions={})
+    assert engineer.get("/api/agents/me").json()["permissions"]["canCreateAgents"] is False

@@ -15,9 +15,14 @@ MISSING_ASSIGN = "Missing permission: tasks:assign"
 
 
 def agent_permissions(agent) -> dict:
-    """Upstream's permission flags, both always present (missing means not granted)."""
+    """Upstream's permission flags, both always present. As upstream's ``normalizeAgentPermissions``:
+    ``canCreateAgents`` not set is the role's default (a CEO creates agents; a set ``false`` stays);
+    ``canAssignTasks`` not set is not granted."""
     granted = agent.permissions if isinstance(agent.permissions, dict) else {}
-    return {key: granted.get(key) is True for key in PERMISSION_KEYS}
+    flags = {key: granted.get(key) is True for key in PERMISSION_KEYS}
+    if not isinstance(granted.get("canCreateAgents"), bool):
+        flags["canCreateAgents"] = agent.role == AgentRole.CEO
+    return flags
 
 
 def may_assign_tasks(agent) -> bool:
