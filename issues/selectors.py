@@ -537,6 +537,41 @@ def agent_list(*, company, params):
     return filterset.qs[offset: offset + limit]
 
 
+def org_tree(*, company) -> list[dict]:
+    """``GET /companies/{id}/org`` (upstream's lean org chart): the company's agents but the terminated
+    as nested ``{id, name, role, status, reports}`` nodes, by name; an agent whose manager is
+    terminated (or gone) is a root. One query."""
+    from issues.choices import AgentStatus
+
+    rows = list(Agent.objects.filter(company=company).exclude(status=AgentStatus.TERMINATED)
+                .order_by("name", "id").values("id", "name", "role", "status", "reports_to_id"))
+    nodes = {row["id"]: {"id": str(row["id"]), "name": row["name"], "role": row["role"], "status": row["status"],
+                         "reports": []} for row in rows}
+    roots = []
+    for row in rows:
+        manager = nodes.get(row["reports_to_id"])
+        (manager["reports"] if manager is not None else roots).append(nodes[row["id"]])
+    placed = set()
+
+    def place(node):
+        stack = [node]
+        while stack:
+            node = stack.pop()
+            placed.add(node["id"])
+            stack.extend(node["reports"])
+
+    for root in roots:
+        place(root)
+    for row in rows:  # left over: a reporting cycle (the services refuse them); cut it so all are shown
+        node = nodes[row["id"]]
+        if node["id"] not in placed:
+            manager = nodes[row["reports_to_id"]]
+            manager["reports"] = [n for n in manager["reports"] if n is not node]  # by identity: a cycle
+            roots.append(node)
+            place(node)
+    return roots
+
+
 def agent_get(*, actor: Actor, pk) -> Agent:
     return scoped_get(Agent.objects.all(), actor, pk, "Agent")
 

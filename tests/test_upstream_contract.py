@@ -193,6 +193,8 @@ HEARTBEAT_CONTEXT = {
     "commentCursor": lambda v: not problems(v, {"totalComments": is_int, "latestCommentId": n(is_uuid),
                                                 "latestCommentAt": n(is_dt)}),
     "attachments": list_of(is_dict)}
+ORG_NODE = {"id": is_uuid, "name": is_str, "role": one_of(AGENT_ROLE), "status": one_of(AGENT_STATUS),
+            "reports": list_of(is_dict)}
 HIRE = {"agent": lambda v: not problems(v, AGENT_OBJ), "approval": n(lambda v: not problems(v, APPROVAL))}
 APPROVAL_COMMENT = {"id": is_uuid, "body": is_str, "createdAt": is_dt}
 GOAL = {"id": is_uuid, "companyId": is_uuid, "title": is_str, "description": n(is_str), "level": one_of(GOAL_LEVEL),
@@ -550,6 +552,8 @@ CASES = [
                   ({"name": "Nova", "adapterType": "process", "role": "wizard"}, "role"),
                   ({"name": "Nova", "adapterType": "process", "budgetMonthlyCents": -1}, "budgetMonthlyCents")),
          check=expect("role", "designer")),
+    Case("company_org", "GET", "/companies/{company}/org", both(200), array(ORG_NODE),
+         check=lambda b, w, c: w.ids["agent"] in str(b) or pytest.fail(str(b))),
     Case("agent_hires_create", "POST", "/companies/{company}/agent-hires", board_only(201), HIRE,
          body=lambda i: {"name": "Hired", "role": "qa", "adapterType": "none", "sourceIssueId": i["issue"]},
          refusal="missing_permission", setup=hires_need_approval,

@@ -201,6 +201,15 @@ class AgentHireSerializer(AgentCreateSerializer):
         return attrs
 
 
+class OrgNodeSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    role = serializers.CharField()
+    status = serializers.CharField()
+    reports = serializers.ListField(child=serializers.DictField(),
+                                    help_text="The agent's direct reports: nodes of this same shape.")
+
+
 class AgentHireResultSerializer(serializers.Serializer):
     agent = AgentRecordSerializer()
     approval = ApprovalSerializer(allow_null=True, help_text="The pending hire_agent approval when the company "

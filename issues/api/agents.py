@@ -71,6 +71,16 @@ class CompanyAgentsView(APIView):
         return agent_response(actor, agent, code=status.HTTP_201_CREATED)
 
 
+class CompanyOrgView(APIView):
+    @extend_schema(responses={200: a.OrgNodeSerializer(many=True), **ERRORS}, operation_id="company_org",
+                   description="Upstream's lean org chart: the company's agents but the terminated, nested by "
+                               "`reportsTo` (`{id, name, role, status, reports}`), by name; an agent whose "
+                               "manager is terminated is a root.")
+    def get(self, request, company_id):
+        company = actor_from_request(request).company(company_id)
+        return Response(selectors.org_tree(company=company))
+
+
 class CompanyAgentHiresView(APIView):
     @extend_schema(request=a.AgentHireSerializer, parameters=[RUN_HEADER_PARAM],
                    responses={201: a.AgentHireResultSerializer, **ERRORS}, operation_id="company_agent_hires_create",

@@ -6,6 +6,7 @@ from . import agents
 
 urlpatterns = [
     path("companies/<str:company_id>/agents", agents.CompanyAgentsView.as_view(), name="company-agents"),
+    path("companies/<str:company_id>/org", agents.CompanyOrgView.as_view(), name="company-org"),
     path("companies/<str:company_id>/agent-hires", agents.CompanyAgentHiresView.as_view(), name="company-agent-hires"),
     path("agents/me/inbox-lite", agents.AgentInboxLiteView.as_view(), name="agent-me-inbox-lite"),
     path("agents/<uuid:agent_id>", agents.AgentDetailView.as_view(), name="agent-detail"),
