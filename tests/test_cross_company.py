@@ -235,6 +235,9 @@ def issue_path_cases():
             Case(f"checkout[{by}]", "issue-checkout", "POST",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/checkout",
                                       {"agentId": s(o.agent), "expectedStatuses": ["todo"]})),
+            Case(f"force-release[{by}]", "issue-admin-force-release", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.wip, by)}/admin/force-release", None),
+                 control_status=(("agent", 403),)),  # board only
             Case(f"release[{by}]", "issue-release", "POST",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.wip, by)}/release", None)),
             Case(f"blockers-add[{by}]", "issue-blockers", "POST",

@@ -207,6 +207,16 @@ class IssueDetailSerializer(IssueSerializer, ProjectGoalBriefs):
     blocks = IssueSummarySerializer(many=True)
 
 
+class ForceReleaseLockSerializer(serializers.Serializer):
+    checkoutRunId = serializers.UUIDField(allow_null=True)
+    executionRunId = serializers.UUIDField(allow_null=True)
+
+
+class ForceReleaseResultSerializer(serializers.Serializer):
+    issue = IssueSerializer()
+    previous = ForceReleaseLockSerializer(help_text="The lock the issue held.")
+
+
 class ParentAdjustedSerializer(serializers.Serializer):
     requestedParentId = serializers.UUIDField(allow_null=True)
     parentId = serializers.UUIDField(allow_null=True)

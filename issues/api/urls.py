@@ -15,6 +15,8 @@ urlpatterns = [
     path("issues/<str:issue_id>", views.IssueDetailView.as_view(), name="issue-detail"),
     path("issues/<str:issue_id>/checkout", views.IssueCheckoutView.as_view(), name="issue-checkout"),
     path("issues/<str:issue_id>/release", views.IssueReleaseView.as_view(), name="issue-release"),
+    path("issues/<str:issue_id>/admin/force-release", views.IssueForceReleaseView.as_view(),
+         name="issue-admin-force-release"),
     path("issues/<str:issue_id>/blockers", views.IssueBlockersView.as_view(), name="issue-blockers"),
     path("issues/<str:issue_id>/comments", views.IssueCommentsView.as_view(), name="issue-comments"),
     path("issues/<str:issue_id>/approvals", approvals.IssueApprovalsView.as_view(), name="issue-approvals"),

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from issues import selectors
 from issues.actors import RUN_HEADER, actor_from_request
 from issues.adapters.result_line import RunReport
-from issues.exceptions import Forbidden
+from issues.exceptions import Forbidden, InvalidInput
 from issues.filtersets import IssueFilterSet, openapi_parameters
 from issues.models import Agent, Interaction, Issue
 from issues.services import checkout as checkout_services
@@ -159,6 +159,26 @@ class IssueReleaseView(APIView):
         actor = actor_from_request(request)
         issue = selectors.issue_row(actor=actor, pk=issue_id)
         return Response(represent(s.IssueSerializer, checkout_services.issue_release(actor=actor, issue=issue)))
+
+
+class IssueForceReleaseView(APIView):
+    @extend_schema(request=None, responses={200: s.ForceReleaseResultSerializer, **ERRORS},
+                   parameters=[OpenApiParameter("clearAssignee", bool, description="Also detach the agent assignee.")],
+                   operation_id="issues_admin_force_release",
+                   description="Board only: clear a stranded checkout and execution lock (the status stays; the "
+                               "assignee too unless clearAssignee=true, which puts an in_progress issue back to "
+                               "todo). Audited as issue.admin_force_release with "
+                               "the lock it held. A live run that held the lock is not stopped: stop it with "
+                               "POST /issues/{id}/run/stop.")
+    def post(self, request, issue_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_row(actor=actor, pk=issue_id)
+        clear = request.query_params.get("clearAssignee", "false").strip().lower()
+        if clear not in ("true", "false"):
+            raise InvalidInput(details={"clearAssignee": ["Must be true or false."]})
+        issue, previous = checkout_services.issue_force_release(actor=actor, issue=issue,
+                                                                clear_assignee=clear == "true")
+        return Response(s.ForceReleaseResultSerializer({"issue": issue, "previous": previous}).data)
 
 
 class IssueBlockersView(APIView):

@@ -308,6 +308,41 @@ def _claim_in_one_statement(*, actor, ref, company_ids, run_id, expected, now) -
     return claimed
 
 
+def issue_force_release(*, actor: Actor, issue: Issue, clear_assignee: bool = False) -> tuple[Issue, dict]:
+    """Board only (upstream's ``POST /issues/{id}/admin/force-release``): clear a stranded checkout
+    and execution lock, whatever holds it; the status stays, and the assignee too unless
+    ``clear_assignee`` (an in-progress issue then goes back to ``todo``: in progress needs an owner). Returns the issue and the lock it held ({checkoutRunId, executionRunId});
+    always audited (``issue.admin_force_release``)."""
+    if not actor.is_board:
+        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_can_write(issue.company_id)
+    with transaction.atomic():
+        issue = Issue.objects.select_for_update().get(pk=issue.pk)
+        held = _conflict_details(issue)
+        previous = {"checkoutRunId": held["checkoutRunId"], "executionRunId": held["executionRunId"]}
+        issue.checkout_run = issue.execution_run = issue.execution_locked_at = issue.checkout_client_run_id = None
+        fields = ["checkout_run", "execution_run", "execution_locked_at", "checkout_client_run_id", "updated_at"]
+        changes = {}
+        if clear_assignee and issue.assignee_agent_id:
+            changes["assignee_agent"] = [held["assigneeAgentId"], None]
+            issue.assignee_agent = None
+            fields.append("assignee_agent")
+            if issue.status == IssueStatus.IN_PROGRESS:  # work in progress has an owner: queued for the next
+                changes["status"] = [issue.status, IssueStatus.TODO]
+                issue.status = IssueStatus.TODO
+                fields.append("status")
+        issue.save(update_fields=fields)
+        activity_record(actor=actor, company_id=issue.company_id, action="issue.admin_force_release",
+                        entity_type="issue", entity_id=issue.pk,
+                        details={"issueId": str(issue.pk), "actorUserId": str(actor.user.pk) if actor.user else None,
+                                 "prevCheckoutRunId": previous["checkoutRunId"],
+                                 "prevExecutionRunId": previous["executionRunId"], "clearAssignee": clear_assignee})
+        if changes:  # as release: the tracker's note names who let go
+            events.issue_updated_atomic.send(sender=None, issue=issue, actor=actor, changes=changes)
+            events.announce(events.issue_updated, issue=issue, actor=actor, changes=changes)
+    return issue, previous
+
+
 def issue_release(*, actor: Actor, issue: Issue) -> Issue:
     """Give an issue back, whatever its status (upstream, ref §7): status todo, no agent assignee,
     all lock fields cleared. Agents: see fences.ensure_may_release."""
