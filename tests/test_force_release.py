@@ -84,3 +84,29 @@ def test_a_bad_flag_names_it_and_another_companys_issue_is_a_404(board_client, s
     assert stranded.checkout_run_id is not None
     foreign = IssueFactory(company=CompanyFactory())
     assert board_client.post(url(foreign)).status_code == 404
+
+
+def test_the_console_shows_the_lock_and_releases_it(board_client, stranded):
+    from django.urls import reverse
+
+    page = board_client.get(reverse("console:issue-detail", args=[stranded.identifier])).content.decode()
+    assert 'id="lock"' in page and str(stranded.checkout_run_id) in page
+    response = board_client.post(reverse("console:issue-force-release", args=[stranded.identifier]),
+                                 {"clear_assignee": "on"})
+    assert response.status_code == 302, response.content
+    stranded.refresh_from_db()
+    assert (stranded.checkout_run_id, stranded.assignee_agent_id, stranded.status) == (None, None, "todo")
+    page = board_client.get(reverse("console:issue-detail", args=[stranded.identifier])).content.decode()
+    assert 'id="lock"' not in page and "Lock released. The agent is unassigned." in page
+
+
+def test_a_console_viewer_sees_the_lock_but_cannot_release_it(client, company, stranded):
+    from django.urls import reverse
+
+    client.force_login(MembershipFactory(company=company, role="viewer").user)
+    page = client.get(reverse("console:issue-detail", args=[stranded.identifier])).content.decode()
+    assert 'id="lock"' in page and reverse("console:issue-force-release", args=[stranded.identifier]) not in page
+    response = client.post(reverse("console:issue-force-release", args=[stranded.identifier]))
+    assert response.status_code == 403
+    stranded.refresh_from_db()
+    assert stranded.checkout_run_id is not None

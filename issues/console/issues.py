@@ -22,6 +22,7 @@ from issues.selectors import (
     run_log_tail,
     scoped_get,
 )
+from issues.services.checkout import issue_force_release
 from issues.services.issues import issue_update
 from issues.services.thread import comment_create, interaction_respond
 
@@ -120,6 +121,19 @@ def issue_change(request, ref):
         request,
         lambda: issue_update(actor=console_actor(request), issue=issue, changes=changes, comment=comment),
         success="Issue updated.", redirect_to=issue_url(issue),
+    )
+
+
+@console_action
+def issue_force_release_view(request, ref):
+    """Clear a stranded checkout lock (``issue_force_release``), optionally unassigning the agent."""
+    issue = _issue(request, ref)
+    require_role(request, issue.company_id, ACT_ON_WORK)
+    clear = request.POST.get("clear_assignee") == "on"
+    return perform(
+        request,
+        lambda: issue_force_release(actor=console_actor(request), issue=issue, clear_assignee=clear),
+        success="Lock released." + (" The agent is unassigned." if clear else ""), redirect_to=issue_url(issue),
     )
 
 

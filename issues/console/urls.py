@@ -8,6 +8,7 @@ urlpatterns = [
     path("issues/board/", issues.issue_board, name="issue-board"),
     path("issues/<str:ref>/", issues.issue_detail, name="issue-detail"),
     path("issues/<str:ref>/change/", issues.issue_change, name="issue-change"),
+    path("issues/<str:ref>/force-release/", issues.issue_force_release_view, name="issue-force-release"),
     path("issues/<str:ref>/comments/", issues.comment_add, name="issue-comment"),
     path("issues/<str:ref>/documents/<str:key>/", issues.document_detail, name="issue-document"),
     path("interactions/<uuid:interaction_id>/respond/", issues.interaction_answer, name="interaction-respond"),
