@@ -260,6 +260,9 @@ def issue_path_cases():
                                       {"body": "overwritten", "baseRevisionId": s(t.revision)})),
             Case(f"document-revisions[{by}]", "issue-document-revisions", "GET",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/revisions", None)),
+            Case(f"document-restore[{by}]", "issue-document-restore", "POST",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/revisions/{s(t.revision)}"
+                                      "/restore", None)),
             Case(f"document-quarantine[{by}]", "issue-document-quarantine", "POST",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/quarantine", {"reason": "x"}),
                  control_status=(("agent", 403),)),  # board only

@@ -26,6 +26,8 @@ urlpatterns = [
     path("issues/<str:issue_id>/documents/<str:key>", views.IssueDocumentView.as_view(), name="issue-document"),
     path("issues/<str:issue_id>/documents/<str:key>/revisions", views.IssueDocumentRevisionsView.as_view(),
          name="issue-document-revisions"),
+    path("issues/<str:issue_id>/documents/<str:key>/revisions/<uuid:revision_id>/restore",
+         views.IssueDocumentRestoreView.as_view(), name="issue-document-restore"),
     path("issues/<str:issue_id>/documents/<str:key>/quarantine",
          document_visibility.IssueDocumentQuarantineView.as_view(), name="issue-document-quarantine"),
     path("issues/<str:issue_id>/documents/<str:key>/release",

@@ -259,6 +259,19 @@ class IssueDocumentRevisionsView(APIView):
         return Response(s.RevisionSerializer(document.revisions.order_by("number"), many=True).data)
 
 
+class IssueDocumentRestoreView(APIView):
+    @extend_schema(request=None, parameters=[RUN_HEADER_PARAM], responses={200: s.DocumentSerializer, **ERRORS},
+                   operation_id="issues_documents_restore",
+                   description="A new latest revision with that revision's title and body (history is kept); "
+                               "the same writers and fences as PUT. 404 naming revisionId for another document's "
+                               "revision.")
+    def post(self, request, issue_id, key, revision_id):
+        actor = actor_from_request(request)
+        issue = selectors.issue_get(actor=actor, pk=issue_id)
+        thread_services.document_restore(actor=actor, issue=issue, key=key, revision_id=revision_id)
+        return Response(s.DocumentSerializer(selectors.document_get(issue=issue, key=key)).data)
+
+
 class IssueInteractionsView(APIView):
     @extend_schema(responses={200: s.InteractionSerializer(many=True), **ERRORS},
                    operation_id="issues_interactions_list")

@@ -164,6 +164,30 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
     return revision
 
 
+def document_restore(*, actor: Actor, issue: Issue, key: str, revision_id) -> DocumentRevision:
+    """Upstream's ``POST …/documents/{key}/revisions/{revisionId}/restore``: a new latest revision
+    with that revision's title and body (history is never rewritten), written as any revision is
+    (same writers, same fences) and audited as ``issue.document_restored``."""
+    key = (key or "").lower()
+    with transaction.atomic():
+        issue = _lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
+        document = Document.objects.select_for_update(of=("self",)).filter(issue=issue, key=key).first()
+        if document is None:
+            raise NotFound("Document not found.")
+        source = DocumentRevision.objects.filter(document=document, pk=revision_id).first()
+        if source is None:
+            raise NotFound("Revision not found.", details={"revisionId": ["No such revision of this document."]})
+        revision = document_write(actor=actor, issue=issue, key=key, body=source.body, title=source.title,
+                                  base_revision_id=document.latest_revision_id,
+                                  change_summary=f"Restored revision {source.number}")
+        activity_record(actor=actor, company_id=issue.company_id, action="issue.document_restored",
+                        entity_type="issue", entity_id=issue.pk,
+                        details={"key": key, "documentId": str(document.pk), "revisionNumber": revision.number,
+                                 "restoredFromRevisionId": str(source.pk),
+                                 "restoredFromRevisionNumber": source.number})
+    return revision
+
+
 def interaction_create(*, actor: Actor, issue: Issue, kind: str, title: str, body: str = "",
                        payload: dict | None = None, document_key: str | None = None,
                        document_revision_id=None) -> Interaction:
