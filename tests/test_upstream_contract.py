@@ -183,12 +183,13 @@ APPROVAL = {"id": is_uuid, "companyId": is_uuid, "type": one_of(APPROVAL_TYPE), 
             "payload": is_dict, "requestedByAgentId": n(is_uuid), "requestedByUserId": n(is_user_id),
             "decisionNote": n(is_str), "decidedByUserId": n(is_user_id), "decidedAt": n(is_dt),
             "createdAt": is_dt, "updatedAt": is_dt}
+HEARTBEAT_ISSUE = {k: ISSUE[k] for k in ("id", "identifier", "title", "status", "priority", "projectId", "goalId",
+                                         "parentId", "assigneeAgentId", "updatedAt")}
+HEARTBEAT_ANCESTOR = {"id": is_uuid, "identifier": is_str, "title": is_str, "status": one_of(ISSUE_STATUS),
+                      "priority": one_of(PRIORITY)}
 HEARTBEAT_CONTEXT = {
-    "issue": lambda v: not problems(v, {k: ISSUE[k] for k in ("id", "identifier", "title", "status", "priority",
-                                                              "projectId", "goalId", "parentId", "assigneeAgentId",
-                                                              "updatedAt")}),
-    "ancestors": list_of(lambda v: not problems(v, {"id": is_uuid, "identifier": is_str, "title": is_str,
-                                                     "status": one_of(ISSUE_STATUS), "priority": one_of(PRIORITY)})),
+    "issue": lambda v: not problems(v, HEARTBEAT_ISSUE),
+    "ancestors": list_of(lambda v: not problems(v, HEARTBEAT_ANCESTOR)),
     "project": n(is_dict), "goal": n(is_dict), "wakeComment": n(lambda v: not problems(v, COMMENT)),
     "commentCursor": lambda v: not problems(v, {"totalComments": is_int, "latestCommentId": n(is_uuid),
                                                 "latestCommentAt": n(is_dt)}),
@@ -323,7 +324,7 @@ def build_world(live_server) -> World:
     rivals = IssueFactory(company=company, title="Rival's task", assignee_agent=rival, status="todo")
     comment = Comment.objects.create(company=company, issue=mine, author_type="user", author_user=board_user,
                                      body="Customers cannot log in.")
-    document_write(actor=SYSTEM, issue=mine, key="plan", body="1. Reproduce", title="Plan", format="markdown")
+    plan_v1 = document_write(actor=SYSTEM, issue=mine, key="plan", body="1. Reproduce", title="Plan", format="markdown")
     approval = Approval.objects.create(company=company, type="request_board_approval", title="Buy a domain",
                                        payload={"title": "Buy a domain", "summary": "s"}, requested_by_agent=me)
     ApprovalIssue.objects.create(approval=approval, issue=mine)
@@ -342,7 +343,7 @@ def build_world(live_server) -> World:
     o_issue = IssueFactory(company=other, title="Their issue", assignee_agent=o_agent)
     o_comment = Comment.objects.create(company=other, issue=o_issue, author_type="user", author_user=other_user,
                                        body="theirs")
-    document_write(actor=SYSTEM, issue=o_issue, key="plan", body="theirs", title="Plan", format="markdown")
+    o_plan = document_write(actor=SYSTEM, issue=o_issue, key="plan", body="theirs", title="Plan", format="markdown")
     o_goal = GoalFactory(company=other)
     o_project = ProjectFactory(company=other)
     o_label = Label.objects.create(company=other, name="bug", color="#ff0000")
@@ -354,12 +355,12 @@ def build_world(live_server) -> World:
                child=child.pk, loose=loose.pk, rivals=rivals.pk, comment=comment.pk, goal=goal.pk,
                spare_goal=spare_goal.pk, project=project.pk, label=label.pk, spare_label=spare_label.pk,
                approval=approval.pk, rev_approval=rev_approval.pk, run=run.pk, spare_run=spare_run.pk,
-               agent_key=me_key2.pk, board_key=spare_board_key["id"])
+               agent_key=me_key2.pk, board_key=spare_board_key["id"], plan_v1=plan_v1.pk)
     foreign = dict(company=other.pk, agent=o_agent.pk, boss=o_agent.pk, rival=o_agent.pk, spare=o_agent.pk,
                    issue=o_issue.pk, child=o_issue.pk, loose=o_issue.pk, rivals=o_issue.pk, comment=o_comment.pk,
                    goal=o_goal.pk, spare_goal=o_goal.pk, project=o_project.pk, label=o_label.pk,
                    spare_label=o_label.pk, approval=o_approval.pk, rev_approval=o_approval.pk, run=o_run.pk,
-                   spare_run=o_run.pk, agent_key=o_key.pk, board_key=other_board_key["id"])
+                   spare_run=o_run.pk, agent_key=o_key.pk, board_key=other_board_key["id"], plan_v1=o_plan.pk)
     return World(base=live_server.url, ids={k: str(v) for k, v in ids.items()},
                  foreign={k: str(v) for k, v in foreign.items()},
                  tokens={BOARD: board["token"], AGENT: me_token},
@@ -630,6 +631,10 @@ CASES = [
     Case("issues_documents_put_new", "PUT", "/issues/{issue}/documents/notes", both(201), DOCUMENT,
          body={"title": "Notes", "format": "markdown", "body": "hello", "baseRevisionId": None},
          invalid=(({"format": "markdown"}, "body"),)),
+    Case("issues_documents_restore", "POST", "/issues/{issue}/documents/plan/revisions/{plan_v1}/restore",
+         both(200), DOCUMENT, check=lambda b, w, c: b["latestRevisionNumber"] == 2 or pytest.fail(str(b))),
+    Case("issues_admin_force_release", "POST", "/issues/{issue}/admin/force-release", board_only(200),
+         {"issue": lambda v: not problems(v, ISSUE), "previous": is_dict}, query={"clearAssignee": "false"}),
     Case("issues_documents_revisions", "GET", "/issues/{issue}/documents/plan/revisions", both(200),
          array(REVISION)),
     Case("labels_list", "GET", "/companies/{company}/labels", both(200),
@@ -639,6 +644,15 @@ CASES = [
          invalid=(({"name": "x", "color": "red"}, "color"), ({"color": "#112233"}, "name"))),
     Case("labels_delete", "DELETE", "/labels/{spare_label}", both(200), None),
     # §5.3 approvals
+    Case("issues_approvals_list", "GET", "/issues/{issue}/approvals", both(200), array(APPROVAL),
+         check=lambda b, w, c: [a["id"] for a in b] == [w.ids["approval"]] or pytest.fail(str(b))),
+    # linking needs the CEO role or canCreateAgents: the world's agent has neither
+    Case("issues_approvals_link", "POST", "/issues/{loose}/approvals", board_only(201), array(APPROVAL),
+         body=lambda i: {"approvalId": i["approval"]}, refusal="missing_permission",
+         invalid=(({"approvalId": "x"}, "approvalId"),),
+         check=lambda b, w, c: [a["id"] for a in b] == [w.ids["approval"]] or pytest.fail(str(b))),
+    Case("issues_approvals_unlink", "DELETE", "/issues/{issue}/approvals/{approval}", board_only(200), OK,
+         refusal="missing_permission"),
     Case("approvals_list", "GET", "/companies/{company}/approvals", both(200), array(APPROVAL),
          query={"status": "pending"},
          check=lambda b, w, c: [a["id"] for a in b] == [w.ids["approval"]] or pytest.fail(str(b))),
