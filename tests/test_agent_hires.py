@@ -285,3 +285,34 @@ def test_a_ceo_creates_agents_by_default_unless_the_board_said_no(make_agent_cli
     assert response.status_code == 403, response.content
     engineer = make_agent_client(company=company, role="engineer", permissions={})
     assert engineer.get("/api/agents/me").json()["permissions"]["canCreateAgents"] is False
+
+
+def test_what_the_board_approves_is_what_is_hired(requires_approval, hirer, board_client, company):
+    """A revision request, a resubmitted draft: the approved profile is applied before the agent starts."""
+    agent, body = hire(hirer, company)
+    approval_id = body["approval"]["id"]
+    response = board_client.post(f"/api/approvals/{approval_id}/request-revision",
+                                 {"decisionNote": "Lower the budget"}, format="json")
+    assert response.status_code == 200, response.content
+    payload = {**body["approval"]["payload"], "budgetMonthlyCents": 2000, "title": "Junior analyst"}
+    response = hirer.post(f"/api/approvals/{approval_id}/resubmit", {"payload": payload}, format="json")
+    assert response.status_code == 200, response.content
+
+    bad = {**payload, "role": "wizard"}
+    board_client.post(f"/api/approvals/{approval_id}/request-revision", {}, format="json")
+    hirer.post(f"/api/approvals/{approval_id}/resubmit", {"payload": bad}, format="json")
+    response = board_client.post(f"/api/approvals/{approval_id}/approve", {}, format="json")
+    assert response.status_code == 400 and "payload.role" in response.json()["details"], response.content
+    agent.refresh_from_db()
+    assert (agent.status, agent.budget_monthly_cents) == ("pending_approval", 5000)
+    assert Approval.objects.get(pk=approval_id).status == "pending"
+
+    board_client.post(f"/api/approvals/{approval_id}/request-revision", {}, format="json")
+    hirer.post(f"/api/approvals/{approval_id}/resubmit", {"payload": payload}, format="json")
+    response = board_client.post(f"/api/approvals/{approval_id}/approve", {}, format="json")
+    assert response.status_code == 200, response.content
+    agent.refresh_from_db()
+    assert (agent.status, agent.budget_monthly_cents, agent.title) == ("idle", 2000, "Junior analyst")
+    # the configuration is not taken from the (redacted) draft
+    assert agent.adapter_config["env"]["OPENAI_API_KEY"] == SECRET
+    assert ActivityLog.objects.filter(action="agent.updated", entity_id=str(agent.pk)).exists()

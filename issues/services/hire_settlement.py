@@ -3,6 +3,10 @@ the pending agent starts work (``idle``, or paused with the company's reason whi
 stopped) or, when the approval names no agent (one filed through ``POST /approvals`` with the draft
 alone), the agent is created from the draft; rejected, the pending agent is terminated.
 
+What the board approves is what is hired: the draft's profile (name, role, title, icon,
+capabilities, budget, manager), as resubmitted after a revision request, is applied to the pending
+agent before it starts. The configurations are not (the draft shows them redacted).
+
 Called by ``approvals.approval_decide`` inside its transaction: a draft that cannot be created fails
 the decision as a whole (nothing half-written). Below ``approvals`` and ``agent_hires``, so neither
 imports the other's module circle.
@@ -13,11 +17,11 @@ import uuid
 
 from issues.actors import Actor
 from issues.choices import AdapterType, AgentStatus, ApprovalStatus, ApprovalType
-from issues.exceptions import Conflict, InvalidInput
+from issues.exceptions import Conflict, InvalidInput, Unprocessable
 from issues.models import Agent, Approval
 
 from .activity import activity_record
-from .agents import agent_terminate
+from .agents import agent_terminate, agent_update
 from .companies import agent_create
 from .company_stop import company_for_stop, company_stop_reason
 
@@ -32,6 +36,8 @@ DRAFT_TYPES = {"name": _text, "role": _text, "title": _text, "capabilities": _te
                "icon": _text, "adapter_config": _object, "runtime_config": _object, "metadata": _object,
                "budget_monthly_cents": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63,
                                         "a non-negative integer")}
+# What an approval applies to its pending agent: the profile, not the (redacted) configurations.
+PROFILE_FIELDS = ("name", "role", "title", "icon", "capabilities", "budgetMonthlyCents")
 
 
 def hire_settle(*, actor: Actor, approval: Approval) -> Agent | None:
@@ -50,6 +56,7 @@ def hire_settle(*, actor: Actor, approval: Approval) -> Agent | None:
         return None  # deleted, or already settled (terminated by the board): nothing to do
     if approval.status == ApprovalStatus.REJECTED:
         return agent_terminate(actor=actor, agent=agent)
+    agent = _apply_profile(actor, approval, agent, payload)
     stop = company_stop_reason(company_for_stop(agent.company_id, lock=True))
     agent.status, agent.pause_reason = (AgentStatus.PAUSED, stop) if stop else (AgentStatus.IDLE, "")
     agent.save(update_fields=["status", "pause_reason", "updated_at"])
@@ -58,30 +65,62 @@ def hire_settle(*, actor: Actor, approval: Approval) -> Agent | None:
     return agent
 
 
-def _create_from_draft(actor: Actor, approval: Approval, payload: dict) -> Agent:
-    """The draft's agent, checked as any new agent is; an error names the payload's field."""
-    fields = {column: payload[name] for name, column in DRAFT_FIELDS.items() if payload.get(name) is not None}
-    fields.setdefault("name", "")
-    fields.setdefault("adapter_type", AdapterType.NONE)  # no adapter until the board configures one
+def _draft_fields(approval: Approval, payload: dict, names) -> tuple[dict, Agent | None]:
+    """The draft's values for ``names`` (upstream's keys) as model columns, type-checked, and its
+    manager (``reportsTo``) in the approval's company; a wrong one raises naming ``payload.<key>``."""
+    fields = {DRAFT_FIELDS[name]: payload[name] for name in names if payload.get(name) is not None}
+    wrong = {f"payload.{name}": [f"Must be {DRAFT_TYPES[DRAFT_FIELDS[name]][1]}."] for name in names
+             if DRAFT_FIELDS[name] in fields and not DRAFT_TYPES[DRAFT_FIELDS[name]][0](fields[DRAFT_FIELDS[name]])}
     reports_to = payload.get("reportsTo")
     manager = (Agent.objects.filter(pk=str(reports_to), company_id=approval.company_id).first()
                if _is_uuid(reports_to) else None)
+    if reports_to is not None and manager is None:
+        wrong["payload.reportsTo"] = ["No such agent in this company."]
+    if wrong:
+        raise InvalidInput(details=wrong)
+    return fields, manager
+
+
+def _prefixed(exc):
+    """A service's refusal of a draft value, naming the payload's field."""
+    exc.details = {name if name.startswith("payload.") else f"payload.{name}": reasons
+                   for name, reasons in exc.details.items()}
+    return exc
+
+
+def _create_from_draft(actor: Actor, approval: Approval, payload: dict) -> Agent:
+    """The draft's agent, checked as any new agent is; an error names the payload's field."""
+    fields, manager = _draft_fields(approval, payload, DRAFT_FIELDS)
+    if not isinstance(fields.get("name"), str) or not fields["name"].strip():
+        raise InvalidInput(details={"payload.name": ["Required to create the agent on approval."]})
+    fields.setdefault("adapter_type", AdapterType.NONE)  # no adapter until the board configures one
     try:
-        if not isinstance(fields["name"], str) or not fields["name"].strip():
-            raise InvalidInput(details={"name": ["Required to create the agent on approval."]})
-        wrong = {name: [f"Must be {DRAFT_TYPES[column][1]}."] for name, column in DRAFT_FIELDS.items()
-                 if column in fields and not DRAFT_TYPES[column][0](fields[column])}
-        if wrong:
-            raise InvalidInput(details=wrong)
-        if reports_to is not None and manager is None:
-            raise InvalidInput(details={"reportsTo": ["No such agent in this company."]})
         agent = agent_create(actor=actor, company=approval.company, reports_to=manager, **fields)
     except (InvalidInput, Conflict) as exc:
-        exc.details = {f"payload.{name}": reasons for name, reasons in exc.details.items()}
-        raise
+        raise _prefixed(exc)
     activity_record(actor=actor, company_id=agent.company_id, action="agent.hire_approved", entity_type="agent",
                     entity_id=agent.pk, details={"approvalId": str(approval.pk), "status": agent.status})
     return agent
+
+
+def _apply_profile(actor: Actor, approval: Approval, agent: Agent, payload: dict) -> Agent:
+    """The approved draft's profile onto the pending agent (through ``agent_update``: its checks and
+    its ``agent.updated`` audit); a key the draft leaves out keeps the agent's value."""
+    fields, manager = _draft_fields(approval, payload, PROFILE_FIELDS)
+    changes = {name: fields[DRAFT_FIELDS[name]] for name in PROFILE_FIELDS if DRAFT_FIELDS[name] in fields}
+    for name in ("title", "icon", "capabilities"):  # the draft's null is "none"
+        if name in payload and payload[name] is None:
+            changes[name] = ""
+    if "reportsTo" in payload:
+        changes["reportsTo"] = manager
+    current = {"reportsTo": agent.reports_to, **{name: getattr(agent, DRAFT_FIELDS[name]) for name in PROFILE_FIELDS}}
+    changes = {name: value for name, value in changes.items() if current[name] != value}
+    if not changes:
+        return agent
+    try:
+        return agent_update(actor=actor, agent=agent, changes=changes)
+    except (InvalidInput, Conflict, Unprocessable) as exc:
+        raise _prefixed(exc)
 
 
 def _is_uuid(value) -> bool:
