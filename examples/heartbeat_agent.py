@@ -291,8 +291,11 @@ def heartbeat():
 
     # Step 6: context.
     packet = read_packet()
-    detail = api("GET", f"/issues/{issue['id']}")
-    comments = api("GET", f"/issues/{issue['id']}/comments", params={"order": "asc"})  # the thread in order
+    context = api("GET", f"/issues/{issue['id']}/heartbeat-context")  # the skill's compact payload
+    detail = {**context["issue"], "ancestors": context["ancestors"]}
+    # the thread in order, read only when the cursor says there is one
+    comments = (api("GET", f"/issues/{issue['id']}/comments", params={"order": "asc"})
+                if context["commentCursor"]["totalComments"] else [])
     ancestors = " > ".join(a["identifier"] for a in detail.get("ancestors") or []) or "none"
     log(f"read {detail['identifier']}: {len(comments)} comment(s); ancestors: {ancestors}")
     triggers = [c for c in comments if c["id"] in WAKE_COMMENT_IDS]
