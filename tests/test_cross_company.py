@@ -482,6 +482,8 @@ CASES = [
          lambda o, t: (f"/api/companies/{s(o.company)}/agents",
                        {"name": "planted", "adapterType": "none", "reportsTo": s(t.agent)}),
          control_status=(("agent", 403),)),
+    Case("company-archive", "company-archive", "POST", lambda o, t: (f"/api/companies/{s(t.company)}/archive", None),
+         control_status=(("agent", 403),)),
     Case("company-org", "company-org", "GET", lambda o, t: (f"/api/companies/{s(t.company)}/org", None)),
     Case("company-agent-hires", "company-agent-hires", "POST",
          lambda o, t: (f"/api/companies/{s(t.company)}/agent-hires", {"name": "planted", "adapterType": "none"}),

@@ -11,6 +11,8 @@ from rest_framework.views import APIView
 
 from issues import selectors
 from issues.actors import actor_from_request
+from issues.choices import CompanyStatus
+from issues.exceptions import Forbidden
 from issues.filtersets import ActivityFilterSet, GoalFilterSet, ProjectFilterSet, openapi_parameters
 from issues.services import costs as cost_services
 from issues.services import goals as goal_services
@@ -204,7 +206,8 @@ class CompanyDetailView(APIView):
 
     @extend_schema(request=o.CompanyPatchSerializer, parameters=[RUN_HEADER_PARAM],
                    responses={200: o.CompanySerializer, **ERRORS}, operation_id="companies_update",
-                   description="Board users: name, description, status, budgetMonthlyCents; a CEO agent: name and "
+                   description="Board users: name, description, status, budgetMonthlyCents, "
+                               "requireBoardApprovalForNewAgents; a CEO agent: name and "
                                "description (other agents 403). `issuePrefix` cannot change (400). A company "
                                "that is paused or archived, or whose monthly budget is spent, stops its agents "
                                "(paused with pauseReason company_paused / company_archived / "
@@ -216,6 +219,20 @@ class CompanyDetailView(APIView):
         data = parse(o.CompanyPatchSerializer, request)
         return Response(o.CompanySerializer(cost_services.company_update(actor=actor, company=company,
                                                                          changes=data)).data)
+
+
+class CompanyArchiveView(APIView):
+    @extend_schema(request=None, responses={200: o.CompanySerializer, **ERRORS}, operation_id="companies_archive",
+                   description="Board only (upstream): the company's status becomes archived, which stops its "
+                               "agents (pauseReason company_archived, live runs cancelled) as PATCH status does. "
+                               "Archiving an archived company changes nothing.")
+    def post(self, request, company_id):
+        actor = actor_from_request(request)
+        company = actor.company(company_id)
+        if actor.is_agent:
+            raise Forbidden("Board access required", code="board_only")
+        return Response(o.CompanySerializer(cost_services.company_update(
+            actor=actor, company=company, changes={"status": CompanyStatus.ARCHIVED})).data)
 
 
 # --- dashboard and activity -----------------------------------------------------------------------------------

@@ -21,5 +21,6 @@ urlpatterns = [
     path("agents/<uuid:agent_id>/budgets", org.AgentBudgetsView.as_view(), name="agent-budgets"),
     path("companies/<str:company_id>/dashboard", org.CompanyDashboardView.as_view(), name="company-dashboard"),
     path("companies/<str:company_id>/activity", org.CompanyActivityView.as_view(), name="company-activity"),
+    path("companies/<str:company_id>/archive", org.CompanyArchiveView.as_view(), name="company-archive"),
     path("companies/<str:company_id>", org.CompanyDetailView.as_view(), name="company-detail"),
 ]
