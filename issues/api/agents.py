@@ -40,6 +40,16 @@ INVOKE_RESULT = PolymorphicProxySerializer(
     resource_type_field_name=None)
 
 
+def new_agent_fields(company, data) -> dict:
+    """A parsed AgentCreateSerializer body as ``agent_create``'s arguments (the manager resolved in the company)."""
+    return dict(name=data["name"], role=data["role"], title=data["title"],
+                reports_to=company_object(Agent, company.pk, data.get("reportsTo"), "reportsTo"),
+                capabilities=data["capabilities"], adapter_type=data["adapterType"],
+                adapter_config=data["adapterConfig"], runtime_config=data["runtimeConfig"],
+                budget_monthly_cents=data["budgetMonthlyCents"], permissions=data.get("permissions"),
+                icon=data["icon"], metadata=data["metadata"])
+
+
 def agent_response(actor, agent, serializer=a.AgentRecordSerializer, code=status.HTTP_200_OK):
     return Response(serializer(agent, context={"redact": not actor.is_board}).data, status=code)
 
@@ -61,13 +71,7 @@ class CompanyAgentsView(APIView):
         actor = actor_from_request(request)
         company = actor.company(company_id)
         data = parse(a.AgentCreateSerializer, request)
-        agent = agent_create(
-            actor=actor, company=company, name=data["name"], role=data["role"], title=data["title"],
-            reports_to=company_object(Agent, company.pk, data.get("reportsTo"), "reportsTo"),
-            capabilities=data["capabilities"], adapter_type=data["adapterType"], adapter_config=data["adapterConfig"],
-            runtime_config=data["runtimeConfig"], budget_monthly_cents=data["budgetMonthlyCents"],
-            permissions=data.get("permissions"), icon=data["icon"], metadata=data["metadata"],
-        )
+        agent = agent_create(actor=actor, company=company, **new_agent_fields(company, data))
         return agent_response(actor, agent, code=status.HTTP_201_CREATED)
 
 
@@ -97,14 +101,8 @@ class CompanyAgentHiresView(APIView):
         actor = actor_from_request(request)
         company = actor.company(company_id)
         data = parse(a.AgentHireSerializer, request)
-        agent, approval = agent_hire(
-            actor=actor, company=company, source_issue_ids=data["sourceIssueIds"], name=data["name"],
-            role=data["role"], title=data["title"],
-            reports_to=company_object(Agent, company.pk, data.get("reportsTo"), "reportsTo"),
-            capabilities=data["capabilities"], adapter_type=data["adapterType"], adapter_config=data["adapterConfig"],
-            runtime_config=data["runtimeConfig"], budget_monthly_cents=data["budgetMonthlyCents"],
-            permissions=data.get("permissions"), icon=data["icon"], metadata=data["metadata"],
-        )
+        agent, approval = agent_hire(actor=actor, company=company, source_issue_ids=data["sourceIssueIds"],
+                                     **new_agent_fields(company, data))
         body = a.AgentHireResultSerializer({"agent": agent, "approval": approval},
                                            context={"redact": not actor.is_board}).data
         return Response(body, status=status.HTTP_201_CREATED)

@@ -53,11 +53,7 @@ class HeartbeatIssueSerializer(serializers.Serializer):
     updatedAt = serializers.DateTimeField(source="updated_at")
 
 
-class HeartbeatAncestorSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    identifier = serializers.CharField()
-    title = serializers.CharField()
-    status = serializers.CharField()
+class HeartbeatAncestorSerializer(s.IssueRefSerializer):
     priority = serializers.CharField()
 
 
