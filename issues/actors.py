@@ -97,13 +97,13 @@ class Actor:
         """The client's own run id: a board user's header, or an agent header naming none of the
         agent's host runs. Recorded (activity rows, the lock), never trusted as a run."""
         if self.agent is None:
-            return _uuid_or_none(self.run_header)
+            return uuid_or_none(self.run_header)
         return self._client_run_id
 
     def _resolve_run_header(self):
         if not self.run_header:
             raise Unauthorized("Agent run id required", code="run_id_required")  # upstream's wording (ref §2.3)
-        run_id = _uuid_or_none(self.run_header)
+        run_id = uuid_or_none(self.run_header)
         if run_id is None:  # recorded in UUID columns, so it must be one
             raise InvalidInput(f"Invalid {RUN_HEADER} header", code="invalid_run_id",
                                details={RUN_HEADER: ["Must be a UUID."]})
@@ -176,7 +176,8 @@ class Actor:
 SYSTEM = Actor(system=True)
 
 
-def _uuid_or_none(value) -> uuid.UUID | None:
+def uuid_or_none(value) -> uuid.UUID | None:
+    """``value`` as a UUID; None when empty or not one."""
     try:
         return uuid.UUID(str(value)) if value else None
     except ValueError:

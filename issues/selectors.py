@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 
-from issues.actors import Actor
+from issues.actors import Actor, uuid_or_none
 from issues.choices import TERMINAL_ISSUE_STATUSES
 from issues.exceptions import Forbidden, InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
@@ -342,18 +342,17 @@ def hire_approval(agent):
                                     payload__agentId=str(agent.pk)).order_by("-created_at").first())
 
 
-def hired_agent(approval: Approval):
+def hired_agent(approval: Approval, *, lock: bool = False):
     """The agent a ``hire_agent`` approval is about (its payload's ``agentId``, in the approval's
-    company), or None."""
+    company), or None; ``lock``: row-locked until the caller commits."""
     from issues.choices import ApprovalType
 
     agent_id = approval.payload.get("agentId") if isinstance(approval.payload, dict) else None
-    if approval.type != ApprovalType.HIRE_AGENT or not isinstance(agent_id, str):
+    agent_id = uuid_or_none(agent_id) if isinstance(agent_id, str) else None
+    if approval.type != ApprovalType.HIRE_AGENT or agent_id is None:
         return None
-    try:
-        return Agent.objects.filter(pk=uuid.UUID(agent_id), company_id=approval.company_id).first()
-    except ValueError:
-        return None
+    agents = Agent.objects.select_for_update() if lock else Agent.objects.all()
+    return agents.filter(pk=agent_id, company_id=approval.company_id).first()
 
 
 def assignable_agents(*, company):

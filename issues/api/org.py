@@ -11,8 +11,6 @@ from rest_framework.views import APIView
 
 from issues import selectors
 from issues.actors import actor_from_request
-from issues.choices import CompanyStatus
-from issues.exceptions import Forbidden
 from issues.filtersets import ActivityFilterSet, GoalFilterSet, ProjectFilterSet, openapi_parameters
 from issues.services import costs as cost_services
 from issues.services import goals as goal_services
@@ -229,10 +227,7 @@ class CompanyArchiveView(APIView):
     def post(self, request, company_id):
         actor = actor_from_request(request)
         company = actor.company(company_id)
-        if actor.is_agent:
-            raise Forbidden("Board access required", code="board_only")
-        return Response(o.CompanySerializer(cost_services.company_update(
-            actor=actor, company=company, changes={"status": CompanyStatus.ARCHIVED})).data)
+        return Response(o.CompanySerializer(cost_services.company_archive(actor=actor, company=company)).data)
 
 
 # --- dashboard and activity -----------------------------------------------------------------------------------

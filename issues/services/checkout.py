@@ -308,11 +308,23 @@ def _claim_in_one_statement(*, actor, ref, company_ids, run_id, expected, now) -
     return claimed
 
 
+LOCK_FIELDS = ("checkout_run", "execution_run", "execution_locked_at", "checkout_client_run_id")
+
+
+def _clear_lock(issue: Issue) -> tuple[str, ...]:
+    """Clear the issue's checkout and execution lock (a host run or a client's own run id); the
+    fields to save."""
+    for field in LOCK_FIELDS:
+        setattr(issue, field, None)
+    return LOCK_FIELDS
+
+
 def issue_force_release(*, actor: Actor, issue: Issue, clear_assignee: bool = False) -> tuple[Issue, dict]:
     """Board only (upstream's ``POST /issues/{id}/admin/force-release``): clear a stranded checkout
     and execution lock, whatever holds it; the status stays, and the assignee too unless
-    ``clear_assignee`` (an in-progress issue then goes back to ``todo``: in progress needs an owner). Returns the issue and the lock it held ({checkoutRunId, executionRunId});
-    always audited (``issue.admin_force_release``)."""
+    ``clear_assignee`` (an in-progress issue then goes back to ``todo``: in progress needs an
+    owner). Returns the issue and the lock it held ({checkoutRunId, executionRunId}); always
+    audited (``issue.admin_force_release``)."""
     if not actor.is_board:
         raise Forbidden("Board access required", code="board_only")
     actor.ensure_can_write(issue.company_id)
@@ -320,8 +332,7 @@ def issue_force_release(*, actor: Actor, issue: Issue, clear_assignee: bool = Fa
         issue = Issue.objects.select_for_update().get(pk=issue.pk)
         held = _conflict_details(issue)
         previous = {"checkoutRunId": held["checkoutRunId"], "executionRunId": held["executionRunId"]}
-        issue.checkout_run = issue.execution_run = issue.execution_locked_at = issue.checkout_client_run_id = None
-        fields = ["checkout_run", "execution_run", "execution_locked_at", "checkout_client_run_id", "updated_at"]
+        fields = [*_clear_lock(issue), "updated_at"]
         changes = {}
         if clear_assignee and issue.assignee_agent_id:
             changes["assignee_agent"] = [held["assigneeAgentId"], None]
@@ -356,10 +367,9 @@ def issue_release(*, actor: Actor, issue: Issue) -> Issue:
         issue.status = IssueStatus.TODO
         # Upstream (reference §7): a released issue has no agent assignee, so anyone may claim it next.
         issue.assignee_agent = None
-        issue.checkout_run = issue.execution_run = issue.execution_locked_at = issue.checkout_client_run_id = None
         issue.completed_at = issue.cancelled_at = None  # leaving done/cancelled clears its stamp (ref §6)
-        issue.save(update_fields=["status", "assignee_agent", "checkout_run", "execution_run", "execution_locked_at",
-                                  "checkout_client_run_id", "completed_at", "cancelled_at", "updated_at"])
+        issue.save(update_fields=["status", "assignee_agent", *_clear_lock(issue), "completed_at", "cancelled_at",
+                                  "updated_at"])
         activity_record(actor=actor, company_id=issue.company_id, action="issue.released", entity_type="issue",
                         entity_id=issue.pk, details={"previous": previous})
         changes = {"status": [previous["status"], IssueStatus.TODO]} if previous["status"] != IssueStatus.TODO else {}

@@ -15,7 +15,7 @@ from django.db.models import BigIntegerField, Case, Value, When
 from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
-from issues.choices import LIVE_RUN_STATUSES, AgentRole, AgentStatus
+from issues.choices import LIVE_RUN_STATUSES, AgentRole, AgentStatus, CompanyStatus
 from issues.exceptions import Forbidden, InvalidInput, Unprocessable
 from issues.models import Agent, Company, CostEvent, Goal, HeartbeatRun, Issue, Project
 
@@ -222,3 +222,10 @@ def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
         if {"status", "budget_monthly_cents"} & set(changed):  # the company's stop may have begun or ended
             company_agents_sync_on_commit(company.pk, actor)
     return company
+
+
+def company_archive(*, actor: Actor, company: Company) -> Company:
+    """Board only (upstream's ``POST /companies/{id}/archive``): the status becomes archived, which
+    stops the company's agents as any status change does."""
+    require_board(actor)
+    return company_update(actor=actor, company=company, changes={"status": CompanyStatus.ARCHIVED})

@@ -13,12 +13,11 @@ imports the other's module circle.
 """
 from __future__ import annotations
 
-import uuid
-
-from issues.actors import Actor
+from issues.actors import Actor, uuid_or_none
 from issues.choices import AdapterType, AgentStatus, ApprovalStatus, ApprovalType
 from issues.exceptions import Conflict, InvalidInput, Unprocessable
 from issues.models import Agent, Approval
+from issues.selectors import hired_agent
 
 from .activity import activity_record
 from .agents import agent_terminate, agent_update
@@ -47,11 +46,9 @@ def hire_settle(*, actor: Actor, approval: Approval) -> Agent | None:
                                                                            ApprovalStatus.REJECTED):
         return None
     payload = approval.payload if isinstance(approval.payload, dict) else {}
-    agent_id = payload.get("agentId")
-    if agent_id is None:
+    if payload.get("agentId") is None:
         return _create_from_draft(actor, approval, payload) if approval.status == ApprovalStatus.APPROVED else None
-    agent = (Agent.objects.select_for_update().filter(pk=str(agent_id), company_id=approval.company_id).first()
-             if _is_uuid(agent_id) else None)
+    agent = hired_agent(approval, lock=True)
     if agent is None or agent.status != AgentStatus.PENDING_APPROVAL:
         return None  # deleted, or already settled (terminated by the board): nothing to do
     if approval.status == ApprovalStatus.REJECTED:
@@ -60,6 +57,10 @@ def hire_settle(*, actor: Actor, approval: Approval) -> Agent | None:
     stop = company_stop_reason(company_for_stop(agent.company_id, lock=True))
     agent.status, agent.pause_reason = (AgentStatus.PAUSED, stop) if stop else (AgentStatus.IDLE, "")
     agent.save(update_fields=["status", "pause_reason", "updated_at"])
+    return _hired(actor, approval, agent)
+
+
+def _hired(actor: Actor, approval: Approval, agent: Agent) -> Agent:
     activity_record(actor=actor, company_id=agent.company_id, action="agent.hire_approved", entity_type="agent",
                     entity_id=agent.pk, details={"approvalId": str(approval.pk), "status": agent.status})
     return agent
@@ -72,8 +73,8 @@ def _draft_fields(approval: Approval, payload: dict, names) -> tuple[dict, Agent
     wrong = {f"payload.{name}": [f"Must be {DRAFT_TYPES[DRAFT_FIELDS[name]][1]}."] for name in names
              if DRAFT_FIELDS[name] in fields and not DRAFT_TYPES[DRAFT_FIELDS[name]][0](fields[DRAFT_FIELDS[name]])}
     reports_to = payload.get("reportsTo")
-    manager = (Agent.objects.filter(pk=str(reports_to), company_id=approval.company_id).first()
-               if _is_uuid(reports_to) else None)
+    manager_id = uuid_or_none(reports_to)
+    manager = Agent.objects.filter(pk=manager_id, company_id=approval.company_id).first() if manager_id else None
     if reports_to is not None and manager is None:
         wrong["payload.reportsTo"] = ["No such agent in this company."]
     if wrong:
@@ -98,9 +99,7 @@ def _create_from_draft(actor: Actor, approval: Approval, payload: dict) -> Agent
         agent = agent_create(actor=actor, company=approval.company, reports_to=manager, **fields)
     except (InvalidInput, Conflict) as exc:
         raise _prefixed(exc)
-    activity_record(actor=actor, company_id=agent.company_id, action="agent.hire_approved", entity_type="agent",
-                    entity_id=agent.pk, details={"approvalId": str(approval.pk), "status": agent.status})
-    return agent
+    return _hired(actor, approval, agent)
 
 
 def _apply_profile(actor: Actor, approval: Approval, agent: Agent, payload: dict) -> Agent:
@@ -121,13 +120,3 @@ def _apply_profile(actor: Actor, approval: Approval, agent: Agent, payload: dict
         return agent_update(actor=actor, agent=agent, changes=changes)
     except (InvalidInput, Conflict, Unprocessable) as exc:
         raise _prefixed(exc)
-
-
-def _is_uuid(value) -> bool:
-    if value is None:
-        return False
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True
