@@ -18,3 +18,8 @@ class IssuesConfig(AppConfig):
         from issues.services.company_stop import dashboard_alerts
 
         register_alert_source(dashboard_alerts)
+
+        # An attachment's stored bytes go when its row's deletion commits, whatever deleted it.
+        from issues.services import attachments
+
+        attachments.connect()

@@ -10,7 +10,8 @@ from issues.actors import Actor, uuid_or_none
 from issues.choices import TERMINAL_ISSUE_STATUSES
 from issues.exceptions import Forbidden, InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
-from issues.models import Agent, Approval, Comment, Document, HeartbeatRun, Issue, RunEvent, WakeupRequest
+from issues.models.attachment import attachment_storage
+from issues.models import Agent, Approval, Attachment, Comment, Document, HeartbeatRun, Issue, RunEvent, WakeupRequest
 from issues.operator_alerts import operator_alerts
 
 ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")
@@ -67,7 +68,25 @@ def heartbeat_context(*, actor: Actor, pk, wake_comment_id=None) -> dict:
     return {"issue": issue, "ancestors": issue.ancestors, "project": issue.project, "goal": issue.goal,
             "commentCursor": {"totalComments": thread.count(), "latestCommentId": latest and latest["id"],
                               "latestCommentAt": latest and latest["created_at"]},
-            "wakeComment": wake, "attachments": [], "continuationSummary": summary}
+            "wakeComment": wake, "attachments": attachment_list(issue=issue), "continuationSummary": summary}
+
+
+def attachment_list(*, issue: Issue) -> list[Attachment]:
+    """The issue's attachments, oldest first (one query)."""
+    return list(Attachment.objects.filter(issue=issue).order_by("created_at", "id"))
+
+
+def attachment_get(*, actor: Actor, pk) -> Attachment:
+    """One attachment of the actor's companies (with its issue, for the write fences); else a 404."""
+    return scoped_get(Attachment.objects.select_related("issue"), actor, pk, "Attachment")
+
+
+def attachment_content(attachment: Attachment):
+    """The stored bytes as an open file; bytes missing from storage are a 404 like a missing row."""
+    try:
+        return attachment_storage().open(attachment.object_key, "rb")
+    except FileNotFoundError:
+        raise NotFound("Attachment content not found", code="attachment_content_missing")
 
 
 def walk_up(node, attr: str = "parent"):

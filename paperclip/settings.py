@@ -126,6 +126,11 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Issue attachments' bytes (issues.services.attachments); never served by URL, only through the
+    # API's company-checked content view. Any Django storage backend works here.
+    "attachments": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                    "OPTIONS": {"location": env("PAPERCLIP_ATTACHMENTS_ROOT", default=str(VAR_DIR / "attachments")),
+                                "base_url": None}},
 }
 
 LOGIN_URL = "login"
@@ -240,6 +245,12 @@ PAPERCLIP = {
     "TRUST_REPOSITORY_HOOKS": env.bool("PAPERCLIP_TRUST_REPOSITORY_HOOKS", default=False),
     # Cases: the workflow text and initialDocuments of a new case share one byte budget.
     "CASE_SEED_BUDGET_BYTES": env.int("PAPERCLIP_CASE_SEED_BUDGET_BYTES", default=1024 * 1024),
+    # Issue attachments (upstream's limit and its answer: 422 "Attachment exceeds <N> bytes"), and the
+    # content types accepted: exact types or "type/*"; anything else is 422 "Unsupported attachment type".
+    "ATTACHMENT_MAX_BYTES": env.int("PAPERCLIP_ATTACHMENT_MAX_BYTES", default=10 * 1024 * 1024),
+    "ATTACHMENT_ALLOWED_TYPES": env.list("PAPERCLIP_ATTACHMENT_ALLOWED_TYPES", default=[
+        "image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf", "text/plain", "text/markdown",
+        "text/csv", "application/json", "text/x-diff", "text/x-patch", "application/zip", "application/gzip"]),
     # Hostile input: API request bodies over this size are a 413 (DATA_UPLOAD_MAX_MEMORY_SIZE below;
     # the connector webhook has its own limit), JSON nested deeper is a 400 (request bodies and
     # signed webhook payloads alike).
@@ -268,6 +279,12 @@ PAPERCLIP = {
 
 # Django refuses a larger body when it is read (RequestDataTooBig); the API answers 413 payload_too_large.
 DATA_UPLOAD_MAX_MEMORY_SIZE = PAPERCLIP["MAX_REQUEST_BYTES"]
+# Uploaded files: past the attachment limit a file is dropped as it streams in (paperclip.core.uploads).
+FILE_UPLOAD_HANDLERS = [
+    "paperclip.core.uploads.SizeLimitedUploadHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 LOGGING = {
     "version": 1,

@@ -94,6 +94,18 @@ def _secret_env_single_tenant():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _attachments_in_a_temporary_folder(tmp_path_factory):
+    """Uploaded bytes go to this session's own folder (each xdist worker has one), not the checkout's var/."""
+    from django.test import override_settings
+
+    storages = {**settings.STORAGES, "attachments": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path_factory.mktemp("attachments")), "base_url": None}}}
+    with override_settings(STORAGES=storages):
+        yield
+
+
 @pytest.fixture
 def company(db):
     return CompanyFactory()

@@ -3,6 +3,7 @@ names)."""
 from rest_framework import serializers
 
 from . import serializers as s
+from .attachment_serializers import HeartbeatAttachmentSerializer
 from .serializers import CommentSerializer, IssueCreateSerializer, IssueWriteResultSerializer, StrictSerializer
 
 
@@ -87,7 +88,6 @@ class HeartbeatContextSerializer(serializers.Serializer):
         help_text="Read the thread from here: GET /issues/{id}/comments?after={lastSeenId}&order=asc.")
     wakeComment = s.CommentSerializer(allow_null=True,
                                       help_text="The wakeCommentId's comment when it is this issue's, else null.")
-    attachments = serializers.ListField(child=serializers.DictField(),
-                                        help_text="Always empty: this product keeps no attachments.")
+    attachments = HeartbeatAttachmentSerializer(many=True, help_text="The issue's attachments, oldest first.")
     continuationSummary = s.DocumentSerializer(
         allow_null=True, help_text="The issue's `continuation-summary` document, unless quarantined.")

@@ -1,8 +1,8 @@
-"""Routes of the upstream-compatible API (issue #14): issue extras (children, labels); included by
+"""Routes of the upstream-compatible API (issue #14): issue extras (children, labels, attachments); included by
 issues/api/urls.py. ``DELETE /issues/{id}`` is a method of the issue-detail route."""
 from django.urls import path
 
-from . import issue_extras
+from . import attachments, issue_extras
 
 urlpatterns = [
     path("issues", issue_extras.IssuesWithoutCompanyView.as_view(), name="issues-without-company"),
@@ -11,6 +11,12 @@ urlpatterns = [
     path("issues/<str:issue_id>/children", issue_extras.IssueChildrenView.as_view(), name="issue-children"),
     path("issues/<str:issue_id>/heartbeat-context", issue_extras.IssueHeartbeatContextView.as_view(),
          name="issue-heartbeat-context"),
+    path("companies/<str:company_id>/issues/<str:issue_id>/attachments",
+         attachments.IssueAttachmentUploadView.as_view(), name="issue-attachment-upload"),
+    path("issues/<str:issue_id>/attachments", attachments.IssueAttachmentsView.as_view(), name="issue-attachments"),
+    path("attachments/<str:attachment_id>", attachments.AttachmentDetailView.as_view(), name="attachment-detail"),
+    path("attachments/<str:attachment_id>/content", attachments.AttachmentContentView.as_view(),
+         name="attachment-content"),
     path("companies/<str:company_id>/labels", issue_extras.CompanyLabelsView.as_view(), name="company-labels"),
     path("labels/<uuid:label_id>", issue_extras.LabelDetailView.as_view(), name="label-detail"),
 ]

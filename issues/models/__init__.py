@@ -1,6 +1,7 @@
 from .activity import ActivityLog
 from .agent import Agent, AgentApiKey
 from .approval import Approval, ApprovalIssue
+from .attachment import Attachment
 from .board_key import BoardApiKey
 from .company import Company, Goal, Membership, Project
 from .costs import ApprovalComment, CostEvent, Label
@@ -15,6 +16,7 @@ __all__ = [
     "Agent",
     "AgentApiKey",
     "Approval",
+    "Attachment",
     "ApprovalComment",
     "ApprovalIssue",
     "BoardApiKey",

@@ -31,7 +31,7 @@ def revision_author(actor: Actor) -> dict:
     }
 
 
-def _lock_for_write(actor: Actor, issue: Issue, *, owner_only: bool = True) -> Issue:
+def lock_for_write(actor: Actor, issue: Issue, *, owner_only: bool = True) -> Issue:
     """Lock the issue for an agent or board write. Documents and interactions change the issue
     (its owner's, see .fences); comments (``owner_only=False``) may come from any agent of the
     company, but still from the checkout run while the issue is in progress."""
@@ -64,7 +64,7 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
                             interrupt=interrupt)[2]
     with transaction.atomic(savepoint=not _locked):
         if not _locked:
-            issue = _lock_for_write(actor, issue, owner_only=False)
+            issue = lock_for_write(actor, issue, owner_only=False)
         fields = revision_author(actor)
         if author_type:
             fields["author_type"] = author_type
@@ -127,7 +127,7 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
         raise InvalidInput(details={"format": [f"'{format}' is not one of {', '.join(DocumentFormat.values)}."]})
     try:
         with transaction.atomic():
-            issue = _lock_for_write(actor, issue)
+            issue = lock_for_write(actor, issue)
             document = Document.objects.select_for_update(of=("self",)).select_related("latest_revision").filter(
                 issue=issue, key=key).first()
             if document is None:
@@ -170,7 +170,7 @@ def document_restore(*, actor: Actor, issue: Issue, key: str, revision_id) -> Do
     (same writers, same fences) and audited as ``issue.document_restored``."""
     key = (key or "").lower()
     with transaction.atomic():
-        issue = _lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
+        issue = lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
         document = Document.objects.select_for_update(of=("self",)).filter(issue=issue, key=key).first()
         if document is None:
             raise NotFound("Document not found.")
@@ -198,7 +198,7 @@ def interaction_create(*, actor: Actor, issue: Issue, kind: str, title: str, bod
     if not title or not title.strip():
         raise InvalidInput(details={"title": ["This field may not be blank."]})
     with transaction.atomic():
-        issue = _lock_for_write(actor, issue)
+        issue = lock_for_write(actor, issue)
         revision = None
         if document_revision_id:
             revision = DocumentRevision.objects.filter(pk=document_revision_id, document__issue=issue).first()

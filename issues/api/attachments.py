@@ -1,0 +1,106 @@
+"""Issue attachments (upstream's core routes, ref §5 "Attachments"): upload, list, download, delete.
+
+The rules (who writes, limits, types, the bytes following the row) are in issues/services/attachments.py.
+"""
+from django.http import FileResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.parsers import MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from issues import selectors
+from issues.actors import actor_from_request
+from issues.exceptions import InvalidInput, NotFound
+from issues.services import attachments as attachment_services
+from paperclip.core.uploads import oversized_fields
+
+from .agent_serializers import OkSerializer
+from .attachment_serializers import AttachmentSerializer, AttachmentUploadSerializer
+from .representation import validated
+from .views import ERRORS, RUN_HEADER_PARAM
+
+# Shown in the browser; anything else downloads. Every answer is sandboxed and never sniffed, so a
+# file that claims to be an image cannot run as a page of this origin.
+INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "text/plain"})
+CONTENT_CSP = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox"
+
+
+class IssueAttachmentUploadView(APIView):
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(request={"multipart/form-data": AttachmentUploadSerializer}, parameters=[RUN_HEADER_PARAM],
+                   responses={201: AttachmentSerializer, **ERRORS}, operation_id="issues_attachments_create",
+                   description="Attach one file (multipart field `file`) to the issue; `issueCommentId` ties it to "
+                               "one of the issue's comments. Any agent of the company may attach (from the checkout "
+                               "run while the issue is in progress), as for comments. 400 `Missing file field "
+                               "'file'`; 422 `Attachment exceeds <N> bytes`, `Attachment is empty`, `Unsupported "
+                               "attachment type: <type>` (PAPERCLIP_ATTACHMENT_MAX_BYTES, "
+                               "PAPERCLIP_ATTACHMENT_ALLOWED_TYPES).")
+    def post(self, request, company_id, issue_id):
+        actor = actor_from_request(request)
+        company = actor.company(company_id)
+        issue = selectors.issue_row(actor=actor, pk=issue_id)
+        if issue.company_id != company.pk:
+            raise NotFound("Issue not found.")
+        files = request.FILES.getlist("file")
+        if "file" in oversized_fields(request):
+            attachment_services.refuse_oversized()
+        if not files:
+            raise InvalidInput("Missing file field 'file'", code="missing_file",
+                               details={"file": ["Send the file as the multipart field 'file'."]})
+        if len(files) > 1:
+            raise InvalidInput(details={"file": ["Send one file per request."]})
+        data = validated(AttachmentUploadSerializer, request.data)
+        attachment = attachment_services.attachment_create(actor=actor, issue=issue, upload=data["file"],
+                                                           comment_id=data.get("issueCommentId"))
+        return Response(AttachmentSerializer(attachment).data, status=status.HTTP_201_CREATED)
+
+
+class IssueAttachmentsView(APIView):
+    @extend_schema(responses={200: AttachmentSerializer(many=True), **ERRORS}, operation_id="issues_attachments_list",
+                   description="The issue's attachments, oldest first.")
+    def get(self, request, issue_id):
+        issue = selectors.issue_row(actor=actor_from_request(request), pk=issue_id)
+        return Response(AttachmentSerializer(selectors.attachment_list(issue=issue), many=True).data)
+
+
+class AttachmentDetailView(APIView):
+    @extend_schema(responses={200: AttachmentSerializer, **ERRORS}, operation_id="attachments_retrieve")
+    def get(self, request, attachment_id):
+        attachment = selectors.attachment_get(actor=actor_from_request(request), pk=attachment_id)
+        return Response(AttachmentSerializer(attachment).data)
+
+    @extend_schema(request=None, parameters=[RUN_HEADER_PARAM], responses={200: OkSerializer, **ERRORS},
+                   operation_id="attachments_delete",
+                   description="Deletes the attachment and its stored bytes. Board users with write access, or the "
+                               "agent that uploaded it (another agent: 403 attachment_not_owned).")
+    def delete(self, request, attachment_id):
+        actor = actor_from_request(request)
+        attachment = selectors.attachment_get(actor=actor, pk=attachment_id)
+        attachment_services.attachment_delete(actor=actor, attachment=attachment)
+        return Response(OkSerializer({"ok": True}).data)
+
+
+class AttachmentContentView(APIView):
+    @extend_schema(responses={(200, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="The stored bytes."),
+                              **ERRORS},
+                   operation_id="attachments_content",
+                   description="The bytes with their stored Content-Type. Raster images and text/plain are shown "
+                               "inline, anything else is a download; every answer is sandboxed (CSP) and nosniff.")
+    def get(self, request, attachment_id):
+        attachment = selectors.attachment_get(actor=actor_from_request(request), pk=attachment_id)
+        response = FileResponse(selectors.attachment_content(attachment), content_type=attachment.content_type,
+                                as_attachment=attachment.content_type not in INLINE_TYPES,
+                                filename=attachment.original_filename)
+        response["Content-Length"] = str(attachment.byte_size)
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Security-Policy"] = CONTENT_CSP
+        response["Cache-Control"] = "private, no-cache"
+        response["ETag"] = f'"{attachment.sha256}"'
+        return response
+
+    def perform_content_negotiation(self, request, force=False):
+        # The bytes bypass DRF's renderers; errors are JSON whatever the client accepts.
+        return super().perform_content_negotiation(request, force=True)

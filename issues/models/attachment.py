@@ -1,0 +1,56 @@
+"""Files attached to an issue (upstream's issue attachments): the bytes live in the ``attachments``
+storage (settings.STORAGES) under ``object_key``; the row keeps what a reader needs to trust them."""
+from django.conf import settings
+from django.core.files.storage import storages
+from django.db import models
+from django.db.models import Q
+
+from issues.choices import AuthorType
+
+from .base import UUIDModel, choices_check
+from .company import Company
+from .issue import Issue
+from .thread import Comment
+
+
+def attachment_storage():
+    """Where attachments' bytes live: the ``attachments`` entry of settings.STORAGES."""
+    return storages["attachments"]
+
+
+class Attachment(UUIDModel):
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="+")
+    issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="attachments")
+    # Upstream's issueCommentId: the comment the file belongs to, when it was posted with one.
+    comment = models.ForeignKey(Comment, null=True, blank=True, on_delete=models.SET_NULL, related_name="attachments")
+    original_filename = models.CharField(max_length=255)
+    content_type = models.CharField(max_length=255)
+    byte_size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    # Built from ids only (never the uploaded name), so a name cannot steer where bytes are written.
+    object_key = models.CharField(max_length=300, unique=True)
+    author_type = models.CharField(max_length=16, choices=AuthorType.choices)
+    author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    author_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["issue", "created_at"], name="attachment_issue_created_idx")]
+        constraints = [
+            choices_check("author_type", AuthorType, "attachment_author_type_valid"),
+            models.CheckConstraint(condition=Q(byte_size__gt=0), name="attachment_not_empty"),
+            models.CheckConstraint(condition=Q(sha256__regex=r"^[0-9a-f]{64}$"), name="attachment_sha256_hex"),
+            models.CheckConstraint(condition=Q(original_filename__gt=""), name="attachment_filename_present"),
+            models.CheckConstraint(condition=~Q(author_type=AuthorType.AGENT) | Q(author_agent__isnull=False),
+                                   name="attachment_agent_author_set"),
+        ]
+
+    def __str__(self):
+        return self.original_filename
+
+    @property
+    def content_path(self) -> str:
+        return f"/api/attachments/{self.pk}/content"

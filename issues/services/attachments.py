@@ -1,0 +1,167 @@
+"""Issue attachments (upstream's core attachment routes, ref §5 "Attachments").
+
+The bytes go to the ``attachments`` storage (settings.STORAGES) under a key made of ids only; the
+row records the name, type, size and SHA-256 the uploader sent. Writers are the issue's commenters:
+any agent of the company (from the checkout run while the issue is in progress, as for comments)
+and board users with write access; an agent deletes only what it uploaded.
+
+The bytes follow the row: written inside the row's transaction and removed again if it does not
+commit; removed once a deletion of the row commits, whatever deleted it (this service, an issue's
+deletion, the admin), by the ``post_delete`` receiver below.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import mimetypes
+import uuid
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_delete
+
+from issues.actors import Actor
+from issues.exceptions import Forbidden, NotFound, Unprocessable
+from issues.models import Attachment, Comment, Issue
+from issues.models.attachment import attachment_storage
+
+from .activity import activity_record
+from .thread import lock_for_write, revision_author
+
+logger = logging.getLogger(__name__)
+
+GENERIC_TYPE = "application/octet-stream"
+MAX_FILENAME = 255
+
+
+def max_bytes() -> int:
+    return int(settings.PAPERCLIP["ATTACHMENT_MAX_BYTES"])
+
+
+def type_allowed(content_type: str) -> bool:
+    """Exact types, ``type/*`` families and ``*`` from PAPERCLIP_ATTACHMENT_ALLOWED_TYPES."""
+    family = content_type.split("/", 1)[0] + "/*"
+    allowed = {t.strip().lower() for t in settings.PAPERCLIP["ATTACHMENT_ALLOWED_TYPES"]}
+    return bool(allowed & {content_type, family, "*"})
+
+
+def content_type_of(declared: str | None, filename: str) -> str:
+    """The part's declared type without parameters, lower-cased; a missing or generic one is
+    guessed from the file name (curl and many clients send application/octet-stream)."""
+    declared = (declared or "").split(";", 1)[0].strip().lower()
+    if declared and declared != GENERIC_TYPE:
+        return declared
+    return (mimetypes.guess_type(filename, strict=False)[0] or GENERIC_TYPE).lower()
+
+
+def clean_filename(name: str | None) -> str:
+    """The name as shown back: its last path segment, without control characters, at most 255."""
+    name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in name if ch.isprintable()).strip()
+    if len(name) > MAX_FILENAME:  # keep the extension readers recognise the file by
+        stem, dot, ext = name.rpartition(".")
+        name = (stem[: MAX_FILENAME - len(ext) - 1] + dot + ext) if dot and len(ext) < 16 else name[:MAX_FILENAME]
+    return name or "upload"
+
+
+def _refuse(message: str, code: str, reason: str, **details):
+    raise Unprocessable(message, code=code, details={"file": [reason], **details})
+
+
+def refuse_oversized():
+    """The answer for a file dropped while it streamed in (paperclip.core.uploads)."""
+    limit = max_bytes()
+    _refuse(f"Attachment exceeds {limit} bytes", "attachment_too_large", f"The limit is {limit} bytes.",
+            maxBytes=limit)
+
+
+def _checked(upload) -> tuple[str, str]:
+    """Refuse an empty, oversized or unsupported file before anything is locked or written."""
+    filename = clean_filename(getattr(upload, "name", ""))
+    limit = max_bytes()
+    if not upload.size:
+        _refuse("Attachment is empty", "attachment_empty", "The file has no bytes.")
+    if upload.size > limit:
+        refuse_oversized()
+    content_type = content_type_of(getattr(upload, "content_type", None), filename)
+    if not type_allowed(content_type):
+        _refuse(f"Unsupported attachment type: {content_type}", "attachment_type_unsupported",
+                f"'{content_type}' is not an accepted type.",
+                allowedTypes=list(settings.PAPERCLIP["ATTACHMENT_ALLOWED_TYPES"]))
+    return filename, content_type
+
+
+def _sha256(upload) -> str:
+    digest = hashlib.sha256()
+    for chunk in upload.chunks():
+        digest.update(chunk)
+    upload.seek(0)
+    return digest.hexdigest()
+
+
+def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) -> Attachment:
+    """Store ``upload`` (a Django UploadedFile) on ``issue``; ``comment_id`` ties it to one of the
+    issue's comments (upstream's ``issueCommentId``). Audited as ``issue.attachment_added``."""
+    filename, content_type = _checked(upload)
+    digest = _sha256(upload)
+    pk = uuid.uuid4()
+    storage = attachment_storage()
+    saved = None
+    try:
+        with transaction.atomic():
+            issue = lock_for_write(actor, issue, owner_only=False)
+            comment = None
+            if comment_id:
+                comment = Comment.objects.filter(issue=issue, pk=comment_id).first()
+                if comment is None:
+                    raise NotFound("Comment not found", details={"issueCommentId": ["No such comment on this issue."]})
+            saved = storage.save(f"{issue.company_id}/issues/{issue.pk}/{pk}", upload)
+            attachment = Attachment.objects.create(
+                pk=pk, company_id=issue.company_id, issue=issue, comment=comment, original_filename=filename,
+                content_type=content_type, byte_size=upload.size, sha256=digest, object_key=saved,
+                **revision_author(actor))
+            activity_record(actor=actor, company_id=issue.company_id, action="issue.attachment_added",
+                            entity_type="issue", entity_id=issue.pk, details=_audit(attachment))
+    except BaseException:
+        if saved:  # the row did not commit: its bytes go too
+            storage.delete(saved)
+        raise
+    return attachment
+
+
+def attachment_delete(*, actor: Actor, attachment: Attachment) -> Attachment:
+    """Remove the attachment (its bytes once this commits); audited as ``issue.attachment_removed``."""
+    with transaction.atomic():
+        lock_for_write(actor, attachment.issue, owner_only=False)
+        if actor.is_agent and attachment.author_agent_id != actor.agent.pk:
+            raise Forbidden("Agent can only delete its own attachments", code="attachment_not_owned")
+        row = Attachment.objects.filter(pk=attachment.pk).first()
+        if row is None:  # deleted by a concurrent request while this one waited for the lock
+            raise NotFound("Attachment not found")
+        activity_record(actor=actor, company_id=row.company_id, action="issue.attachment_removed",
+                        entity_type="issue", entity_id=row.issue_id, details=_audit(row))
+        row.delete()
+    return row
+
+
+def _audit(attachment: Attachment) -> dict:
+    return {"attachmentId": str(attachment.pk), "filename": attachment.original_filename,
+            "contentType": attachment.content_type, "byteSize": attachment.byte_size, "sha256": attachment.sha256,
+            "commentId": str(attachment.comment_id) if attachment.comment_id else None}
+
+
+def _remove_bytes(key: str):
+    try:
+        attachment_storage().delete(key)
+    except OSError:
+        logger.warning("attachment bytes %s could not be removed; they stay orphaned in storage", key, exc_info=True)
+
+
+def _bytes_follow_row(sender, instance: Attachment, using=None, **kwargs):
+    key = instance.object_key
+    transaction.on_commit(lambda: _remove_bytes(key), using=using)
+
+
+def connect():
+    """Called once from IssuesConfig.ready()."""
+    post_delete.connect(_bytes_follow_row, sender=Attachment, dispatch_uid="attachment_bytes_follow_row")
