@@ -426,6 +426,9 @@ class IssuePatchSerializer(StrictSerializer):
                                       help_text="With comment: a done or cancelled issue goes back to todo.")
     interrupt = serializers.BooleanField(required=False, default=False,
                                          help_text="With comment, board only: stops the issue's live run first.")
+    attachmentIds = serializers.ListField(
+        child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
+        help_text="With comment: attachments of this issue that belong to it (another id is a 404 naming the field).")
 
 
 class CheckoutSerializer(StrictSerializer):
@@ -446,6 +449,9 @@ class CommentCreateSerializer(StrictSerializer):
     interrupt = serializers.BooleanField(required=False, default=False,
                                          help_text="Board only: stops the issue's live run before the comment "
                                                    "starts the next one.")
+    attachmentIds = serializers.ListField(
+        child=IdField(), required=False, max_length=MAX_LIST_ITEMS,
+        help_text="Attachments of this issue that belong to the comment (another id is a 404 naming the field).")
 
 
 class DocumentWriteSerializer(StrictSerializer):

@@ -124,7 +124,8 @@ class IssueDetailView(APIView):
         changes = {PATCH_FIELDS[k]: v for k, v in data.items() if k in PATCH_FIELDS}
         issue, adjustment, comment = issue_services.issue_update(actor=actor, issue=issue, changes=changes,
                                                                  comment=data.get("comment"), reopen=data["reopen"],
-                                                                 interrupt=data["interrupt"])
+                                                                 interrupt=data["interrupt"],
+                                                                 attachment_ids=data.get("attachmentIds"))
         response = issue_write_result(issue, adjustment)
         response.data["comment"] = s.CommentSerializer(comment).data if comment else None
         return response
@@ -216,7 +217,8 @@ class IssueCommentsView(APIView):
         issue = selectors.issue_get(actor=actor, pk=issue_id)
         data = parse(s.CommentCreateSerializer, request)
         comment = thread_services.comment_create(actor=actor, issue=issue, body=data["body"], reopen=data["reopen"],
-                                                 interrupt=data["interrupt"])
+                                                 interrupt=data["interrupt"],
+                                                 attachment_ids=data.get("attachmentIds"))
         return Response(s.CommentSerializer(comment).data, status=status.HTTP_201_CREATED)
 
 

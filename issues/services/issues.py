@@ -300,12 +300,14 @@ INTERRUPT_BOARD_ONLY = "Only board users can interrupt active runs from issue co
 ISSUE_REOPENED_VIA_COMMENT = "issue_reopened_via_comment"  # upstream's wake reason
 
 
-def _check_comment_flags(actor: Actor, comment, reopen: bool, interrupt: bool):
+def _check_comment_flags(actor: Actor, comment, reopen: bool, interrupt: bool, attachment_ids=None):
     """Upstream's order: a flag without a comment is a 400, then interrupt by a non-board actor a 403."""
-    flags = [name for name, given in (("interrupt", interrupt), ("reopen", reopen)) if given]
+    flags = [name for name, given in (("interrupt", interrupt), ("reopen", reopen),
+                                      ("attachmentIds", attachment_ids)) if given]
     if flags and not comment:
         message = ("Interrupt is only supported when posting a comment" if interrupt
-                   else "Reopen is only supported when posting a comment")
+                   else "Reopen is only supported when posting a comment" if reopen
+                   else "Attachments are only supported when posting a comment")
         raise InvalidInput(message, details={name: ["Only together with a comment."] for name in flags})
     if interrupt and not actor.is_board:
         raise Forbidden(INTERRUPT_BOARD_ONLY, code="board_only")
@@ -325,7 +327,7 @@ def _changed_fields(issue: Issue, before: tuple) -> list[str]:
 
 
 def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | None = None, reopen: bool = False,
-                 interrupt: bool = False, assignment_wake: bool = True, _locked: bool = False):
+                 interrupt: bool = False, assignment_wake: bool = True, attachment_ids=None, _locked: bool = False):
     """Apply a PATCH. Returns (issue, parent_adjustment, comment).
 
     ``assignment_wake=False``: a reassignment does not wake the new assignee (see issue_create).
@@ -335,14 +337,15 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
 
     With a comment (upstream): ``reopen`` moves a done or cancelled issue back to todo (unless the
     PATCH sets a status) and the assignee wakes ``issue_reopened_via_comment``; ``interrupt`` (board
-    only) first stops the issue's live runs, and the comment then starts the next run."""
+    only) first stops the issue's live runs, and the comment then starts the next run;
+    ``attachment_ids`` (upstream's ``attachmentIds``) tie the issue's attachments to the comment."""
     from .runs import issue_run_stop
     from .thread import comment_create
 
     unknown = set(changes) - UPDATABLE
     if unknown:
         raise InvalidInput(details={name: ["Unknown field."] for name in unknown})
-    _check_comment_flags(actor, comment, reopen, interrupt)
+    _check_comment_flags(actor, comment, reopen, interrupt, attachment_ids)
     actor.ensure_can_write(issue.company_id)
     if _locked and (interrupt or not transaction.get_connection().in_atomic_block):
         raise ValueError("_locked: the caller's transaction holds the issue (an interrupt locks runs first)")
@@ -489,7 +492,7 @@ def issue_update(*, actor: Actor, issue: Issue, changes: dict, comment: str | No
             if interrupted:
                 audit["interruptedRunIds"] = [str(run.pk) for run in interrupted]
             created_comment = comment_create(
-                actor=actor, issue=issue, body=comment, _locked=True, _audit=audit,
+                actor=actor, issue=issue, body=comment, _locked=True, _audit=audit, attachment_ids=attachment_ids,
                 _wake_reason=ISSUE_REOPENED_VIA_COMMENT if reopened_from else None, _after_interrupt=interrupt)
     return issue, adjustment, created_comment
 

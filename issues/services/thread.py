@@ -10,7 +10,7 @@ from issues import events
 from issues.actors import SYSTEM, Actor
 from issues.choices import AuthorType, DocumentFormat, InteractionKind, InteractionStatus, WakeSource
 from issues.exceptions import Conflict, Forbidden, InvalidInput, NotFound, StaleRevision
-from issues.models import Comment, Document, DocumentRevision, HeartbeatRun, Interaction, Issue
+from issues.models import Attachment, Comment, Document, DocumentRevision, HeartbeatRun, Interaction, Issue
 from paperclip.core import rows
 
 from .activity import activity_record
@@ -47,11 +47,13 @@ def lock_for_write(actor: Actor, issue: Issue, *, owner_only: bool = True) -> Is
 def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | None = None,
                    author_type: str | None = None, reopen: bool = False, interrupt: bool = False,
                    _locked: bool = False, _audit: dict | None = None, _wake_reason: str | None = None,
-                   _after_interrupt: bool = False, _wake: bool = True) -> Comment:
+                   _after_interrupt: bool = False, _wake: bool = True, attachment_ids=None) -> Comment:
     """A comment; wakes the assignee (and mentioned agents). ``reopen`` / ``interrupt`` (upstream's
     comment flags) go through issue_update, which owns them for PATCH too: the reopen is an audited
     status change, the interrupt (board only) stops the issue's live runs first. ``_wake=False``
     (a connector whose wakeOnExternalComment is off): recorded as written, nobody woken.
+    ``attachment_ids`` (upstream's ``attachmentIds``): attachments of this issue that belong to the
+    comment; another id is a 404 naming the field and nothing is written.
 
     ``_locked``: the caller's transaction holds the issue's row lock and rolls back whole on any error
     (no re-read, no savepoint of its own)."""
@@ -61,7 +63,7 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
         from .issues import issue_update
 
         return issue_update(actor=actor, issue=issue, changes={}, comment=body, reopen=reopen,
-                            interrupt=interrupt)[2]
+                            interrupt=interrupt, attachment_ids=attachment_ids)[2]
     with transaction.atomic(savepoint=not _locked):
         if not _locked:
             issue = lock_for_write(actor, issue, owner_only=False)
@@ -70,6 +72,8 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
             fields["author_type"] = author_type
         comment = rows.insert(Comment(company_id=issue.company_id, issue=issue, body=body,  # (nobody listens to
                                       provenance=provenance or {}, **fields))  # its save: events.announce)
+        if attachment_ids:
+            _attach(comment, issue, attachment_ids)
         activity_record(actor=actor, company_id=issue.company_id, action="comment.created", entity_type="issue",
                         entity_id=issue.pk, details={"commentId": str(comment.pk), **(_audit or {})})
         events.announce(events.comment_created, comment=comment, actor=actor)
@@ -79,6 +83,16 @@ def comment_create(*, actor: Actor, issue: Issue, body: str, provenance: dict | 
             if issue.assignee_agent_id not in mentions_wake(comment, issue):
                 _wake_assignee_for(comment, issue, _wake_reason or ISSUE_COMMENTED, _after_interrupt)
     return comment
+
+
+def _attach(comment: Comment, issue: Issue, attachment_ids):
+    """Tie the issue's attachments to ``comment`` (moving any that belonged to another comment)."""
+    wanted = {str(pk) for pk in attachment_ids}
+    found = {str(pk) for pk in Attachment.objects.filter(issue=issue, pk__in=wanted).values_list("pk", flat=True)}
+    if wanted - found:
+        raise NotFound("Attachment not found", details={
+            "attachmentIds": [f"{pk} is not an attachment of this issue." for pk in sorted(wanted - found)]})
+    Attachment.objects.filter(pk__in=found).update(comment=comment)
 
 
 def _wake_assignee_for(comment: Comment, issue: Issue, reason: str, after_interrupt: bool):
