@@ -31,6 +31,7 @@ class SkillClient:
         origin = env["PAPERCLIP_API_URL"].rstrip("/")
         if origin.endswith("/api"):  # the SKILL strips a trailing /api defensively
             origin = origin[: -len("/api")]
+        self.origin = origin
         self.http = httpx.Client(base_url=f"{origin}/api", timeout=20,
                                  headers={"Authorization": f"Bearer {env['PAPERCLIP_API_KEY']}"})
         self.log: list[tuple[str, str, int]] = []
@@ -123,6 +124,17 @@ class SkillClient:
                          json={"title": "Plan", "format": "markdown", "body": body, "baseRevisionId": base_revision_id})
         assert plan.status_code == 200, plan.text
         return plan.json()
+
+    def attach(self, issue_id, filename, content, content_type):
+        """Files go to POST /api/companies/{companyId}/issues/{issueId}/attachments (multipart ``file``)."""
+        attached = self.call("POST", f"/companies/{self.env['PAPERCLIP_COMPANY_ID']}/issues/{issue_id}/attachments",
+                             write=True, files={"file": (filename, content, content_type)})
+        assert attached.status_code == 201, attached.text
+        return attached.json()
+
+    def download(self, content_path):
+        """``contentPath`` is a path on the server's origin (it starts with /api)."""
+        return self.http.get(f"{self.origin}{content_path}")
 
     def comment(self, issue_id, body):
         posted = self.call("POST", f"/issues/{issue_id}/comments", write=True, json={"body": body})
@@ -225,6 +237,12 @@ def test_the_skill_heartbeat_walked_literally(live_server):
     assert revised["latestRevisionNumber"] == 2
     progress = agent.comment(task["id"], "Reproduced; fixing the session cookie.")
     assert progress["authorAgentId"] == str(me.pk) and progress["issueId"] == task["id"]
+    log = agent.attach(task["id"], "repro.log", b"Set-Cookie: domain mismatch\n", "text/plain")
+    assert (log["originalFilename"], log["contentType"], log["byteSize"]) == ("repro.log", "text/plain", 28)
+    downloaded = agent.download(log["contentPath"])
+    assert downloaded.status_code == 200 and downloaded.content == b"Set-Cookie: domain mismatch\n"
+    listed = agent.call("GET", f"/issues/{task['id']}/heartbeat-context").json()["attachments"]
+    assert [(a["id"], a["filename"]) for a in listed] == [(log["id"], "repro.log")]
 
     # 8. update: done with a comment, echoed back
     done = agent.update(task["id"], status="done", comment="Fixed the cookie domain.")
