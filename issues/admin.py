@@ -57,7 +57,7 @@ from issues.models import (
     WorkflowDocumentCache,
     WorkProduct,
 )
-from issues.models import ApprovalComment, BoardApiKey, CostEvent, Label
+from issues.models import ApprovalComment, Attachment, BoardApiKey, CostEvent, Label
 from issues.services.agents import AGENT_FIELDS, adapter_config_validate, agent_key_revoke
 
 AUDIT_FIELDS = ("id", "created_at", "updated_at")
@@ -544,6 +544,20 @@ class WorkProductAdmin(admin.ModelAdmin):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def has_add_permission(self, request):
+        return False
+
+
+@admin.register(Attachment)
+class AttachmentAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Files are attached and removed through the API or the console's issue page, which audit both
+    and take the stored bytes with the row; here they are only looked at."""
+
+    list_display = ("original_filename", "issue", "content_type", "byte_size", "author_type", "created_at")
+    list_filter = ("content_type", "author_type", "company")
+    search_fields = ("original_filename", "sha256", "issue__identifier")
+    list_select_related = ("issue",)
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 

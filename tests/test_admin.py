@@ -4,6 +4,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.contrib.admin.sites import site
 from django.urls import reverse
 
@@ -31,10 +32,11 @@ from issues.models import (
     WorkflowDocumentCache,
     WorkProduct,
 )
-from issues.models import ApprovalComment, BoardApiKey, CostEvent, Label
+from issues.models import ApprovalComment, Attachment, BoardApiKey, CostEvent, Label
 from issues.models import RunnerCommand, RunnerEvent, RunnerSession, RunnerSource
 from issues.runner.commands import command_issue
 from issues.models.agent import hash_key
+from issues.services.attachments import attachment_create
 from issues.services.companies import agent_api_key_create
 from issues.services.issues import issue_create, relation_add
 from issues.services.wakeups import agent_wakeup
@@ -46,7 +48,7 @@ ALL_MODELS = [
     Company, Membership, Project, Goal, Agent, AgentApiKey, Issue, IssueRelation,
     Comment, Document, DocumentRevision, WorkProduct, Interaction, Approval, ApprovalIssue, HeartbeatRun,
     WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace, WorkflowDocumentCache, BoardApiKey, Label, CostEvent,
-    ApprovalComment, RunnerSession, RunnerSource, RunnerEvent, RunnerCommand,
+    ApprovalComment, RunnerSession, RunnerSource, RunnerEvent, RunnerCommand, Attachment,
 ]
 
 
@@ -116,8 +118,10 @@ def world(db, admin_user):
         run=wakeup.run, position=1, source_key="runner:runner_1", source_event_id="event_1", source_seq=1,
         event_type="session.started", digest="0" * 64, envelope={"eventType": "session.started"})
     command = command_issue(session=session, command_type="run.prepare")
+    attachment = attachment_create(actor=board, issue=issue, upload=SimpleUploadedFile(
+        "hero.png", b"\x89PNG hero", content_type="image/png"), comment_id=comment.pk)
     return SimpleNamespace(run_event=run_event, session=session, source=source, runner_event=runner_event,
-        command=command, workspace=workspace, board_key=board_key, label=label, cost=cost,
+        command=command, attachment=attachment, workspace=workspace, board_key=board_key, label=label, cost=cost,
         approval_comment=approval_comment,
         workflow_cache=WorkflowDocumentCache.objects.get(project=project),
         company=company, membership=membership, project=project, goal=goal, agent=agent, key=key, raw_key=raw_key,
@@ -139,6 +143,7 @@ def objects_of(world):
         WorkflowDocumentCache: world.workflow_cache, BoardApiKey: world.board_key, Label: world.label,
         CostEvent: world.cost, ApprovalComment: world.approval_comment, RunnerSession: world.session,
         RunnerSource: world.source, RunnerEvent: world.runner_event, RunnerCommand: world.command,
+        Attachment: world.attachment,
     }
 
 
@@ -271,11 +276,14 @@ def test_activity_log_is_read_only(admin_client, world):
 
 
 def test_revisions_and_runs_are_view_only(admin_client, world):
-    for model, obj in ((DocumentRevision, world.revision), (HeartbeatRun, world.run), (WakeupRequest, world.wakeup)):
+    for model, obj in ((DocumentRevision, world.revision), (HeartbeatRun, world.run), (WakeupRequest, world.wakeup),
+                       (Attachment, world.attachment)):
         assert admin_client.get(admin_url(model, "add")).status_code == 403
         page = admin_client.get(admin_url(model, "change", obj.pk)).content.decode()
         assert 'name="_save"' not in page
     assert admin_client.get(admin_url(DocumentRevision, "delete", world.revision.pk)).status_code == 403
+    # Files go through the API or the console, which audit the removal and take the stored bytes along.
+    assert admin_client.get(admin_url(Attachment, "delete", world.attachment.pk)).status_code == 403
 
 
 def test_company_page_has_member_inline_and_fixed_prefix(admin_client, world):
