@@ -72,8 +72,9 @@ def heartbeat_context(*, actor: Actor, pk, wake_comment_id=None) -> dict:
 
 
 def attachment_list(*, issue: Issue) -> list[Attachment]:
-    """The issue's attachments, oldest first (one query)."""
-    return list(Attachment.objects.filter(issue=issue).order_by("created_at", "id"))
+    """The issue's attachments, oldest first, with who uploaded each (one query)."""
+    return list(Attachment.objects.filter(issue=issue).select_related("author_agent", "author_user")
+                .order_by("created_at", "id"))
 
 
 def attachment_get(*, actor: Actor, pk) -> Attachment:

@@ -119,6 +119,13 @@ def test_the_size_limit_is_upstreams_answer_and_nothing_is_kept(agent_client, is
     assert Attachment.objects.filter(issue=issue).count() == 1 and len(stored_keys(issue)) == 1
 
 
+def test_a_file_larger_than_the_json_body_limit_uploads_under_the_default_limit(agent_client, issue, settings):
+    content = b"x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1024)  # streamed to a temporary file, not memory
+    body = upload(agent_client, issue, name="big.txt", content=content, content_type="text/plain").json()
+    assert body["byteSize"] == len(content) and body["sha256"] == hashlib.sha256(content).hexdigest()
+    assert content_of(agent_client.get(body["contentPath"])) == content
+
+
 def test_the_service_refuses_an_oversized_file_handed_to_it_directly(issue, settings):
     settings.PAPERCLIP = {**settings.PAPERCLIP, "ATTACHMENT_MAX_BYTES": 10}
     with pytest.raises(attachment_services.Unprocessable) as refused:
@@ -248,9 +255,8 @@ def test_a_patch_comment_or_a_new_comment_takes_the_attachments_it_mentions(agen
                                                                             issue):
     first = upload(agent_client, issue).json()
     second = upload(agent_client, issue, name="b.png").json()
-    response = agent_client.patch(f"/api/issues/{issue.pk}", {"comment": "screenshots attached",
-                                                               "attachmentIds": [first["id"], second["id"]]},
-                                  format="json")
+    patch = {"comment": "screenshots attached", "attachmentIds": [first["id"], second["id"]]}
+    response = agent_client.patch(f"/api/issues/{issue.pk}", patch, format="json")
     assert response.status_code == 200, response.content
     comment_id = response.json()["comment"]["id"]
     assert {a["issueCommentId"] for a in agent_client.get(f"/api/issues/{issue.pk}/attachments").json()} == {

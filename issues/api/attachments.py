@@ -12,18 +12,17 @@ from rest_framework.views import APIView
 
 from issues import selectors
 from issues.actors import actor_from_request
-from issues.exceptions import InvalidInput, NotFound
+from issues.exceptions import NotFound
 from issues.services import attachments as attachment_services
-from paperclip.core.uploads import oversized_fields
+from paperclip.core.uploads import one_uploaded_file
 
 from .agent_serializers import OkSerializer
 from .attachment_serializers import AttachmentSerializer, AttachmentUploadSerializer
 from .representation import validated
 from .views import ERRORS, RUN_HEADER_PARAM
 
-# Shown in the browser; anything else downloads. Every answer is sandboxed and never sniffed, so a
-# file that claims to be an image cannot run as a page of this origin.
-INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "text/plain"})
+# Every answer is sandboxed and never sniffed, so a file that claims to be an image cannot run as a
+# page of this origin (what is shown inline at all: Attachment.shows_inline).
 CONTENT_CSP = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox"
 
 
@@ -44,16 +43,9 @@ class IssueAttachmentUploadView(APIView):
         issue = selectors.issue_row(actor=actor, pk=issue_id)
         if issue.company_id != company.pk:
             raise NotFound("Issue not found.")
-        files = request.FILES.getlist("file")
-        if "file" in oversized_fields(request):
-            attachment_services.refuse_oversized()
-        if not files:
-            raise InvalidInput("Missing file field 'file'", code="missing_file",
-                               details={"file": ["Send the file as the multipart field 'file'."]})
-        if len(files) > 1:
-            raise InvalidInput(details={"file": ["Send one file per request."]})
+        upload = one_uploaded_file(request, "file")
         data = validated(AttachmentUploadSerializer, request.data)
-        attachment = attachment_services.attachment_create(actor=actor, issue=issue, upload=data["file"],
+        attachment = attachment_services.attachment_create(actor=actor, issue=issue, upload=upload,
                                                            comment_id=data.get("issueCommentId"))
         return Response(AttachmentSerializer(attachment).data, status=status.HTTP_201_CREATED)
 
@@ -91,9 +83,8 @@ class AttachmentContentView(APIView):
                                "inline, anything else is a download; every answer is sandboxed (CSP) and nosniff.")
     def get(self, request, attachment_id):
         attachment = selectors.attachment_get(actor=actor_from_request(request), pk=attachment_id)
-        response = FileResponse(selectors.attachment_content(attachment), content_type=attachment.content_type,
-                                as_attachment=attachment.content_type not in INLINE_TYPES,
-                                filename=attachment.original_filename)
+        response = FileResponse(selectors.attachment_content(attachment), content_type=attachment.served_type,
+                                as_attachment=not attachment.shows_inline, filename=attachment.original_filename)
         response["Content-Length"] = str(attachment.byte_size)
         response["X-Content-Type-Options"] = "nosniff"
         response["Content-Security-Policy"] = CONTENT_CSP

@@ -1,5 +1,5 @@
-"""Issue pages: the board view of the filtered list, the issue page (thread, documents, runs,
-interactions) and the operator actions on it. The list itself is ``issues.views.issue_list``."""
+"""Issue pages: the board view of the filtered list, the issue page (thread, documents, attachments,
+runs, interactions) and the operator actions on it. The list itself is ``issues.views.issue_list``."""
 from __future__ import annotations
 
 import difflib
@@ -14,6 +14,8 @@ from issues.forms import CONSOLE_FILTER_FIELDS, STATUS_SUGGESTIONS, style_issue_
 from issues.models import Interaction
 from issues.selectors import (
     assignable_agents,
+    attachment_get,
+    attachment_list,
     document_get,
     document_revisions,
     issue_detail as issue_detail_read,
@@ -22,9 +24,11 @@ from issues.selectors import (
     run_log_tail,
     scoped_get,
 )
+from issues.services.attachments import attachment_create, attachment_delete
 from issues.services.checkout import issue_force_release
 from issues.services.issues import issue_update
 from issues.services.thread import comment_create, interaction_respond
+from paperclip.core.uploads import max_upload_bytes, one_uploaded_file
 
 from .base import adopt_company, perform, render_page
 from .panels import issue_panels
@@ -96,6 +100,8 @@ def issue_detail(request, ref):
         "priorities": IssuePriority.choices,
         "agents": assignable_agents(company=issue.company),
         "issue_panels": issue_panels(request, issue),  # e.g. the connector link panel (issues/console/panels.py)
+        "attachments": attachment_list(issue=issue),
+        "attachment_max_bytes": max_upload_bytes(),
     }
     return render_page(request, "console/issues/detail.html", None, context)
 
@@ -169,6 +175,35 @@ def interaction_answer(request, interaction_id):
     )
 
 
+# --- attachments ------------------------------------------------------------------------------------------
+
+
+@console_action
+def attachment_upload(request, ref):
+    """Attach one file (multipart field ``file``) through ``attachment_create``."""
+    issue = _issue(request, ref)
+    require_role(request, issue.company_id, ACT_ON_WORK)
+    return perform(
+        request,
+        lambda: attachment_create(actor=console_actor(request), issue=issue,
+                                  upload=one_uploaded_file(request, "file")),
+        success="Attached “{result.original_filename}”.", redirect_to=issue_url(issue) + "#attachments",
+    )
+
+
+@console_action
+def attachment_remove(request, attachment_id):
+    """Delete an attachment and its bytes through ``attachment_delete`` (confirmed in the page first)."""
+    actor = console_actor(request)
+    attachment = attachment_get(actor=actor, pk=attachment_id)
+    require_role(request, attachment.company_id, ACT_ON_WORK)
+    return perform(
+        request,
+        lambda: attachment_delete(actor=actor, attachment=attachment),
+        success="Deleted “{result.original_filename}”.", redirect_to=issue_url(attachment.issue) + "#attachments",
+    )
+
+
 # --- documents --------------------------------------------------------------------------------------------
 
 
@@ -214,4 +249,3 @@ def document_detail(request, ref, key):
         "shown": shown, "diff": diff, "from_number": from_number, "to_number": to_number,
     }
     return render_page(request, "console/issues/document.html", "console/issues/_diff.html", context)
-

@@ -13,6 +13,10 @@ from .issue import Issue
 from .thread import Comment
 
 
+# Shown by the browser (a new tab); anything else is served as a download.
+INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "text/plain"})
+
+
 def attachment_storage():
     """Where attachments' bytes live: the ``attachments`` entry of settings.STORAGES."""
     return storages["attachments"]
@@ -54,3 +58,12 @@ class Attachment(UUIDModel):
     @property
     def content_path(self) -> str:
         return f"/api/attachments/{self.pk}/content"
+
+    @property
+    def shows_inline(self) -> bool:
+        return self.content_type in INLINE_TYPES
+
+    @property
+    def served_type(self) -> str:
+        """The stored type; text is sent as UTF-8 (browsers would guess a legacy encoding for agents' logs)."""
+        return f"{self.content_type}; charset=utf-8" if self.content_type.startswith("text/") else self.content_type

@@ -24,6 +24,7 @@ from issues.actors import Actor
 from issues.exceptions import Forbidden, NotFound, Unprocessable
 from issues.models import Attachment, Comment, Issue
 from issues.models.attachment import attachment_storage
+from paperclip.core.uploads import max_upload_bytes, too_large
 
 from .activity import activity_record
 from .thread import lock_for_write, revision_author
@@ -32,10 +33,6 @@ logger = logging.getLogger(__name__)
 
 GENERIC_TYPE = "application/octet-stream"
 MAX_FILENAME = 255
-
-
-def max_bytes() -> int:
-    return int(settings.PAPERCLIP["ATTACHMENT_MAX_BYTES"])
 
 
 def type_allowed(content_type: str) -> bool:
@@ -68,21 +65,13 @@ def _refuse(message: str, code: str, reason: str, **details):
     raise Unprocessable(message, code=code, details={"file": [reason], **details})
 
 
-def refuse_oversized():
-    """The answer for a file dropped while it streamed in (paperclip.core.uploads)."""
-    limit = max_bytes()
-    _refuse(f"Attachment exceeds {limit} bytes", "attachment_too_large", f"The limit is {limit} bytes.",
-            maxBytes=limit)
-
-
 def _checked(upload) -> tuple[str, str]:
     """Refuse an empty, oversized or unsupported file before anything is locked or written."""
     filename = clean_filename(getattr(upload, "name", ""))
-    limit = max_bytes()
     if not upload.size:
         _refuse("Attachment is empty", "attachment_empty", "The file has no bytes.")
-    if upload.size > limit:
-        refuse_oversized()
+    if upload.size > max_upload_bytes():
+        raise too_large()
     content_type = content_type_of(getattr(upload, "content_type", None), filename)
     if not type_allowed(content_type):
         _refuse(f"Unsupported attachment type: {content_type}", "attachment_type_unsupported",
@@ -106,7 +95,9 @@ def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) ->
     digest = _sha256(upload)
     pk = uuid.uuid4()
     storage = attachment_storage()
-    saved = None
+    # Written before the issue is locked, so a slow write holds no lock (on SQLite, the database's);
+    # removed again when the row does not commit.
+    saved = storage.save(f"{issue.company_id}/issues/{issue.pk}/{pk}", upload)
     try:
         with transaction.atomic():
             issue = lock_for_write(actor, issue, owner_only=False)
@@ -115,7 +106,6 @@ def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) ->
                 comment = Comment.objects.filter(issue=issue, pk=comment_id).first()
                 if comment is None:
                     raise NotFound("Comment not found", details={"issueCommentId": ["No such comment on this issue."]})
-            saved = storage.save(f"{issue.company_id}/issues/{issue.pk}/{pk}", upload)
             attachment = Attachment.objects.create(
                 pk=pk, company_id=issue.company_id, issue=issue, comment=comment, original_filename=filename,
                 content_type=content_type, byte_size=upload.size, sha256=digest, object_key=saved,
@@ -123,8 +113,7 @@ def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) ->
             activity_record(actor=actor, company_id=issue.company_id, action="issue.attachment_added",
                             entity_type="issue", entity_id=issue.pk, details=_audit(attachment))
     except BaseException:
-        if saved:  # the row did not commit: its bytes go too
-            storage.delete(saved)
+        storage.delete(saved)  # the row did not commit: its bytes go too
         raise
     return attachment
 

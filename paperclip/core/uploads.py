@@ -1,19 +1,26 @@
-"""Upload limits applied while a multipart body is parsed, before any view sees it.
+"""Uploaded files: a size limit applied while a multipart body is parsed, and the one-file read
+the API and the console share.
 
 Django streams an uploaded file to memory or a temporary file whatever its size; this handler
-(first in FILE_UPLOAD_HANDLERS) stops keeping a file once it passes ``PAPERCLIP["ATTACHMENT_MAX_BYTES"]``,
-so a huge upload costs no disk, and records the field on the request for the view to refuse with
-the limit (:func:`oversized_fields`).
+(first in FILE_UPLOAD_HANDLERS, so it bounds every upload the server takes) stops keeping a file
+once it passes ``PAPERCLIP["ATTACHMENT_MAX_BYTES"]``, so a huge upload costs no disk, and records
+the field on the request; :func:`one_uploaded_file` then refuses it with the limit.
 """
 from __future__ import annotations
 
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 
+from .errors import InvalidInput, Unprocessable
+
+
+def max_upload_bytes() -> int:
+    return int(settings.PAPERCLIP["ATTACHMENT_MAX_BYTES"])
+
 
 class SizeLimitedUploadHandler(FileUploadHandler):
     def receive_data_chunk(self, raw_data, start):
-        if start + len(raw_data) > settings.PAPERCLIP["ATTACHMENT_MAX_BYTES"]:
+        if start + len(raw_data) > max_upload_bytes():
             oversized = getattr(self.request, "oversized_uploads", None)
             if oversized is None:
                 oversized = self.request.oversized_uploads = []
@@ -25,6 +32,23 @@ class SizeLimitedUploadHandler(FileUploadHandler):
         return None  # the next handlers build the file
 
 
-def oversized_fields(request) -> list[str]:
-    """Fields whose file was dropped for size (``request``: Django's, or DRF's wrapping it)."""
-    return list(getattr(getattr(request, "_request", request), "oversized_uploads", None) or [])
+def too_large(field: str = "file") -> Unprocessable:
+    """Upstream's answer for a file over the limit."""
+    limit = max_upload_bytes()
+    return Unprocessable(f"Attachment exceeds {limit} bytes", code="attachment_too_large",
+                         details={field: [f"The limit is {limit} bytes."], "maxBytes": limit})
+
+
+def one_uploaded_file(request, field: str = "file"):
+    """The one file sent as ``field`` (``request``: Django's, or DRF's wrapping it). Reading the files
+    parses the body, and only then is a file dropped for size known: 422 with the limit; none is
+    upstream's 400 ``Missing file field '<field>'``; several are a 400 too."""
+    files = request.FILES.getlist(field)
+    if field in (getattr(getattr(request, "_request", request), "oversized_uploads", None) or ()):
+        raise too_large(field)
+    if not files:
+        raise InvalidInput(f"Missing file field '{field}'", code="missing_file",
+                           details={field: [f"Send the file as the multipart field '{field}'."]})
+    if len(files) > 1:
+        raise InvalidInput(details={field: ["Send one file per request."]})
+    return files[0]
