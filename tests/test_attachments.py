@@ -6,6 +6,7 @@ every test that changes rows also checks what is on disk, since a row without by
 without a row) is the failure a user would meet.
 """
 import hashlib
+import io
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -235,6 +236,26 @@ def test_bytes_of_a_row_that_does_not_commit_are_removed(issue, monkeypatch):
         attachment_services.attachment_create(actor=SYSTEM, issue=issue,
                                               upload=SimpleUploadedFile("a.png", PNG, content_type="image/png"))
     assert not Attachment.objects.exists() and stored_keys(issue) == set()
+
+
+def test_the_sweep_removes_old_bytes_no_row_names(agent_client, issue):
+    import os
+    import time
+
+    from issues.services.scheduling import sweep
+
+    kept = upload(agent_client, issue).json()["objectKey"]
+    storage = attachment_storage()
+    folder = f"{issue.company_id}/issues/{issue.pk}"
+    stale = storage.save(f"{folder}/stale-orphan", io.BytesIO(b"x"))
+    fresh = storage.save(f"{folder}/fresh", io.BytesIO(b"y"))
+    two_hours_ago = time.time() - 7200
+    for key in (kept, stale):
+        os.utime(storage.path(key), (two_hours_ago, two_hours_ago))
+    assert attachment_services.attachments_orphan_sweep(force=True) == 1
+    assert stored_keys(issue) == {kept, fresh}  # a fresh file may be an upload still committing
+    # The host's periodic sweep runs it (at most once an hour per process: it walks the storage).
+    assert sweep(owner="test")["attachmentOrphans"] == 0
 
 
 def test_another_companys_attachments_are_404s(board_client, company, issue):

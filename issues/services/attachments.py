@@ -15,10 +15,12 @@ import hashlib
 import logging
 import mimetypes
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_delete
+from django.utils import timezone
 
 from issues.actors import Actor
 from issues.exceptions import Forbidden, NotFound, Unprocessable
@@ -137,6 +139,42 @@ def _audit(attachment: Attachment) -> dict:
     return {"attachmentId": str(attachment.pk), "filename": attachment.original_filename,
             "contentType": attachment.content_type, "byteSize": attachment.byte_size, "sha256": attachment.sha256,
             "commentId": str(attachment.comment_id) if attachment.comment_id else None}
+
+
+ORPHAN_GRACE = timedelta(hours=1)
+_orphans_swept_at = None  # per process: the walk lists the whole storage, so at most once per ORPHAN_GRACE
+
+
+def attachments_orphan_sweep(*, now=None, force: bool = False) -> int:
+    """Remove stored bytes no row names and older than ORPHAN_GRACE: a process that died between the
+    write and the commit, a caller's transaction that rolled back, a removal that failed. Newer files
+    may belong to an upload still committing. Returns how many were removed."""
+    global _orphans_swept_at
+    now = now or timezone.now()
+    if not force and _orphans_swept_at is not None and now - _orphans_swept_at < ORPHAN_GRACE:
+        return 0
+    _orphans_swept_at = now
+    storage, removed = attachment_storage(), 0
+    for folder in _issue_folders(storage):
+        keys = {f"{folder}/{name}" for name in storage.listdir(folder)[1]}
+        keys -= set(Attachment.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
+        for key in sorted(keys):
+            if storage.get_modified_time(key) < now - ORPHAN_GRACE:
+                _remove_bytes(key)
+                removed += 1
+    return removed
+
+
+def _issue_folders(storage):
+    """``<company>/issues/<issue>`` folders, as attachment_create names them."""
+    try:
+        companies = storage.listdir("")[0]
+    except FileNotFoundError:  # nothing was ever attached
+        return
+    for company in companies:
+        if storage.exists(f"{company}/issues"):
+            for issue in storage.listdir(f"{company}/issues")[0]:
+                yield f"{company}/issues/{issue}"
 
 
 def _remove_bytes(key: str):

@@ -1,4 +1,4 @@
-"""Periodic host duties: timer heartbeats, stale-run abandonment, workspace retention."""
+"""Periodic host duties: timer heartbeats, stale-run abandonment, workspace retention, orphaned attachment bytes."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -13,6 +13,7 @@ from issues.choices import NOT_RUNNABLE_AGENT_STATUSES, WakeSource
 from issues.models import Agent, Company, WakeupRequest
 
 from .activity import activity_record
+from .attachments import attachments_orphan_sweep
 from .company_stop import company_stops_reconcile
 from .periods import month_period
 from .start_rules import AGENT_BUDGET_STOP
@@ -74,6 +75,7 @@ def sweep(*, owner: str, now=None) -> dict:
         "dueRetries": runs_promote_due_retries(now=now),
         "timerWakes": timer_heartbeats(now=now),
         "workspaces": workspace_retention_sweep(now=now),
+        "attachmentOrphans": attachments_orphan_sweep(now=now),
         **wakeups_fold_sweep(),
     }
     # Other apps' periodic work rides on the same tick (embedded worker and Celery beat alike).
