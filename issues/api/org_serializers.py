@@ -329,6 +329,16 @@ class CompanySerializer(serializers.Serializer):
         return None
 
 
+class CompanyCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, allow_null=True)
+    budgetMonthlyCents = serializers.IntegerField(min_value=0, max_value=BUDGET_MAX, required=False, default=0)
+    issuePrefix = serializers.CharField(
+        required=False, max_length=10,
+        help_text="An addition: the identifier prefix (ACME for ACME-12). Omitted: derived from the name "
+                  "(its first three letters, then a number if taken). It never changes afterwards.")
+
+
 class CompanyPatchSerializer(StrictSerializer):
     name = serializers.CharField(max_length=200, required=False)
     description = serializers.CharField(required=False, allow_blank=True, allow_null=True)

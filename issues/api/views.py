@@ -16,6 +16,7 @@ from issues.exceptions import Forbidden, InvalidInput
 from issues.filtersets import IssueFilterSet, openapi_parameters
 from issues.models import Agent, Interaction, Issue
 from issues.services import checkout as checkout_services
+from issues.services import companies as company_services
 from issues.services import issues as issue_services
 from issues.services import wakeups as wakeup_services
 from issues.services import run_results
@@ -26,7 +27,7 @@ from issues.services.lookups import company_object
 
 from . import serializers as s
 from .representation import represent, validated
-from .org_serializers import CompanySerializer
+from .org_serializers import CompanyCreateSerializer, CompanySerializer
 from .agent_serializers import AgentMeSerializer
 from .issue_extra_serializers import IssueUpdateResultSerializer
 
@@ -386,6 +387,17 @@ class CompanyListView(APIView):
         if not actor.is_board:
             raise Forbidden("Board access required", code="board_only")
         return Response(CompanySerializer(Company.objects.filter(pk__in=actor.company_ids), many=True).data)
+
+    @extend_schema(request=CompanyCreateSerializer, responses={201: CompanySerializer, **ERRORS},
+                   operation_id="companies_create",
+                   description="Instance admins (staff users) only, as upstream (403 `Instance admin required`); "
+                               "the creator becomes the company's owner. A taken issuePrefix is a 409 prefix_taken.")
+    def post(self, request):
+        data = parse(CompanyCreateSerializer, request)
+        company = company_services.company_found(
+            actor=actor_from_request(request), name=data["name"], description=data.get("description") or "",
+            budget_monthly_cents=data["budgetMonthlyCents"], issue_prefix=data.get("issuePrefix"))
+        return Response(CompanySerializer(company).data, status=status.HTTP_201_CREATED)
 
 
 class HealthView(APIView):

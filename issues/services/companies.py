@@ -1,8 +1,12 @@
+import re
+import unicodedata
+from itertools import chain
+
 from django.db import IntegrityError, transaction
 
 from issues.actors import SYSTEM, Actor
 from issues.choices import AgentRole, AgentStatus, MemberRole
-from issues.exceptions import Conflict, InvalidInput
+from issues.exceptions import Conflict, Forbidden, InvalidInput
 from issues.models import Agent, AgentApiKey, Company, Membership
 from issues.models.agent import hash_key
 
@@ -12,14 +16,61 @@ from .company_stop import company_for_stop, company_stop_reason
 from .host_commands import adapter_command_check
 
 
-def company_create(*, name: str, issue_prefix: str, enable_cases: bool = False, actor: Actor = SYSTEM) -> Company:
+PREFIX_FORMAT = re.compile(r"^[A-Z][A-Z0-9]{1,9}$")  # the company_prefix_format constraint's rule
+
+
+def company_create(*, name: str, issue_prefix: str, enable_cases: bool = False, description: str = "",
+                   budget_monthly_cents: int = 0, actor: Actor = SYSTEM) -> Company:
     prefix = issue_prefix.strip().upper()
+    if not PREFIX_FORMAT.match(prefix):
+        raise InvalidInput(details={"issuePrefix": ["2-10 letters and digits, starting with a letter (e.g. ACME)."]})
+    try:
+        with transaction.atomic():
+            if Company.objects.filter(issue_prefix=prefix).exists():
+                raise Conflict("That issue prefix is taken.", code="prefix_taken", details={"issuePrefix": [prefix]})
+            company = Company.objects.create(name=name, issue_prefix=prefix, enable_cases=enable_cases,
+                                             description=description, budget_monthly_cents=budget_monthly_cents)
+            activity_record(actor=actor, company_id=company.id, action="company.created", entity_type="company",
+                            entity_id=company.id, details={"name": name, "prefix": prefix})
+    except IntegrityError:  # the same prefix committed meanwhile (the unique constraint)
+        raise Conflict("That issue prefix is taken.", code="prefix_taken", details={"issuePrefix": [prefix]})
+    return company
+
+
+def issue_prefix_candidates(name: str):
+    """Prefixes for a company named ``name``, best first: its first three letters or digits (PAP for
+    Paperclip), then PAP2, PAP3, …; a name without any gives CO, CO2, …"""
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().upper()
+    base = re.sub(r"[^A-Z0-9]", "", folded).lstrip("0123456789")[:3]
+    base = base if len(base) >= 2 else (base + "CO")[:2] if base else "CO"
+    yield base
+    for n in range(2, 10 ** (10 - len(base))):
+        yield f"{base}{n}"
+
+
+def company_found(*, actor: Actor, name: str, description: str = "", budget_monthly_cents: int = 0,
+                  issue_prefix: str | None = None) -> Company:
+    """``POST /api/companies`` (upstream: instance admins only): a new company whose creator becomes its
+    owner. Without ``issue_prefix`` one is derived from the name (the first free candidate)."""
+    ensure_board(actor)
+    if not getattr(actor.user, "is_staff", False):
+        raise Forbidden("Instance admin required", code="instance_admin_required")
+    name = (name or "").strip()
+    if not name:
+        raise InvalidInput(details={"name": ["This field may not be blank."]})
+    fields = {"name": name, "description": description or "", "budget_monthly_cents": budget_monthly_cents,
+              "actor": actor}
     with transaction.atomic():
-        if Company.objects.filter(issue_prefix=prefix).exists():
-            raise Conflict("That issue prefix is taken.", code="prefix_taken", details={"prefix": [prefix]})
-        company = Company.objects.create(name=name, issue_prefix=prefix, enable_cases=enable_cases)
-        activity_record(actor=actor, company_id=company.id, action="company.created", entity_type="company",
-                        entity_id=company.id, details={"name": name, "prefix": prefix})
+        if issue_prefix is not None:
+            company = company_create(issue_prefix=issue_prefix, **fields)
+        else:
+            candidates = issue_prefix_candidates(name)
+            first = next(candidates)
+            taken = set(Company.objects.filter(issue_prefix__startswith=first).values_list("issue_prefix", flat=True))
+            prefix = next(p for p in chain((first,), candidates) if p not in taken)
+            # (a twin created at the same moment may take it first: 409 prefix_taken, and a retry gets the next)
+            company = company_create(issue_prefix=prefix, **fields)
+        membership_set(company=company, user=actor.user, role=MemberRole.OWNER, actor=actor)
     return company
 
 
