@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -28,13 +29,14 @@ from cases.models import Case as CaseRecord
 from cases.handoffs import handoff_request
 from cases.models import CaseEvent, CaseHandoff, CaseIssueLink, WorkflowDefinition
 from cases.services import case_create, workflow_definition_create
-from issues.actors import SYSTEM
+from issues.actors import SYSTEM, Actor
 from issues.choices import InteractionKind
 from issues.models import (
     ActivityLog,
     Agent,
     Approval,
     ApprovalIssue,
+    Attachment,
     BoardApiKey,
     Comment,
     Company,
@@ -51,6 +53,8 @@ from issues.models import (
     Project,
     WakeupRequest,
 )
+from issues.models.attachment import attachment_storage
+from issues.services.attachments import attachment_create
 from issues.services.board_keys import board_key_create
 from issues.services.companies import agent_api_key_create
 from issues.services.thread import comment_create, document_write, interaction_create
@@ -70,6 +74,12 @@ from tests.factories import (
 )
 
 # --- the two companies ---------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n planted bytes"
+
+
+def png(name="planted.png"):
+    return SimpleUploadedFile(name, PNG, content_type="image/png")
 
 
 def build_company(prefix):
@@ -95,7 +105,8 @@ def build_company(prefix):
     workflow = workflow_definition_create(actor=SYSTEM, company=company, name=f"{prefix} review",
                                           prompt=f"{prefix} review procedure")
     case, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=f"{prefix} case",
-                          kickoff=f"{prefix} kickoff", workflow_document_text=f"{prefix} workflow", project_id=project.pk)
+                          kickoff=f"{prefix} kickoff", workflow_document_text=f"{prefix} workflow",
+                          project_id=project.pk)
     case_document_write(actor=SYSTEM, case=case, key="notes", body=f"{prefix} case notes")
     case2, _ = case_create(actor=SYSTEM, company=company, case_type="review", title=f"{prefix} closing case",
                            kickoff="k", workflow_document_text="w")
@@ -103,10 +114,22 @@ def build_company(prefix):
     Issue.objects.filter(pk__in=[case.primary_task_id, case2.primary_task_id]).update(assignee_agent=agent)
     handoff, _ = handoff_request(actor=SYSTEM, company=company, case=case2, to="done")  # an open closure intent
     label = Label.objects.create(company=company, name=f"{prefix} label", color="#123456")
+    # Uploaded by the agent (an agent deletes only its own attachments), so DELETE's control is sharp for both;
+    # under no run (the world's activity names no run: test_agent_mutation_with_other_companys_run_header...).
+    attachment = attachment_create(actor=Actor(agent=agent), issue=issue,
+                                   upload=png(f"{prefix.lower()}-screenshot.png"))
     return SimpleNamespace(company=company, agent=agent, raw_key=raw_key, run=run, project=project, goal=goal,
                            issue=issue, issue2=issue2, wip=wip, revision=revision, comment=comment,
                            interaction=interaction, approval=approval, case=case, case2=case2, workflow=workflow,
-                           handoff=handoff, label=label, agent_key=agent_key)
+                           handoff=handoff, label=label, agent_key=agent_key, attachment=attachment)
+
+
+def with_ids_of(content, ghost, world):
+    """A ghost's answer with its ids read as ``world``'s: an error may name an id the request itself sent
+    (``attachmentIds``: "<id> is not an attachment of this issue."), which tells the caller nothing new."""
+    for name, obj in vars(ghost).items():
+        content = content.replace(str(obj.pk).encode(), str(getattr(world, name).pk).encode())
+    return content
 
 
 def ghost_of(world):
@@ -117,7 +140,7 @@ def ghost_of(world):
     return SimpleNamespace(company=new(), agent=new(), run=new(), project=new(), goal=new(), issue=new(),
                            issue2=new(), wip=new(), revision=new(), comment=new(), interaction=new(),
                            approval=new(), case=new(), case2=new(), workflow=new(), handoff=new(), label=new(),
-                           board_key=new(), agent_key=new())
+                           board_key=new(), agent_key=new(), attachment=new())
 
 
 def build_world():
@@ -155,11 +178,20 @@ def client_for(world, who):
 SNAPSHOT_MODELS = (Company, Agent, Membership, Project, Goal, Issue, IssueRelation, Comment, Document,
                    DocumentRevision, Interaction, Approval, ApprovalIssue, ActivityLog, HeartbeatRun, WakeupRequest,
                    CaseRecord, CaseIssueLink, CaseEvent, WorkflowDefinition, CaseHandoff, Label,
-                   BoardApiKey, CostEvent)
+                   BoardApiKey, CostEvent, Attachment)
+
+
+def stored_files(folder=""):
+    """Every file in the attachments storage: the bytes an upload writes or a delete removes."""
+    storage = attachment_storage()
+    dirs, files = storage.listdir(folder)
+    return sorted([folder + name for name in files] + [f for d in dirs for f in stored_files(f"{folder}{d}/")])
 
 
 def db_snapshot():
-    return {model.__name__: rows for model, rows in errors_db_snapshot(SNAPSHOT_MODELS).items()}
+    snapshot = {model.__name__: rows for model, rows in errors_db_snapshot(SNAPSHOT_MODELS).items()}
+    snapshot["attachment storage"] = stored_files()
+    return snapshot
 
 
 def assert_unchanged(before, label):
@@ -168,13 +200,31 @@ def assert_unchanged(before, label):
         assert after[name] == rows, f"{label}: {name} rows changed (count {len(rows)} -> {len(after[name])})"
 
 
+def content_of(response):
+    """The body's bytes, also of a streamed one (attachment content is a FileResponse)."""
+    # Reading a streamed body to its end closes it (the test client's wrapper: the stored file too).
+    return response.getvalue() if response.streaming else response.content
+
+
 def assert_error_shape(response, status, code=None):
+    assert not response.streaming, (response.status_code, "streamed", content_of(response)[:200])
     return assert_error(response, status, code)
+
+
+class Multipart(dict):
+    """A request body sent as multipart/form-data (a file upload) rather than JSON."""
+
+
+def upload(**fields):
+    """An attachment upload: a fresh file (each request reads its own) and optional form fields."""
+    return Multipart(file=png(), **fields)
 
 
 def send(client, method, path, body):
     call = getattr(client, method.lower())
-    return call(path) if body is None else call(path, body, format="json")
+    if body is None:
+        return call(path)
+    return call(path, body, format="multipart" if isinstance(body, Multipart) else "json")
 
 
 # --- the table: every route and method, with B's ids in the path or the body ------------
@@ -185,7 +235,7 @@ class Case:
     id: str
     route: str  # URL name in issues/api/urls.py
     method: str
-    build: object  # (own world, target world) -> (path, body or None)
+    build: object  # (own world, target world) -> (path, body or None); a Multipart body is a file upload
     # The control (target = A) is a success for both actors unless listed here.
     control_status: tuple = ()
 
@@ -276,6 +326,15 @@ def issue_path_cases():
             Case(f"interactions-create[{by}]", "issue-interactions", "POST",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/interactions",
                                       {"kind": "ask_question", "title": "planted question"})),
+            Case(f"attachments-list[{by}]", "issue-attachments", "GET",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/attachments", None)),
+            Case(f"attachment-upload[{by}]", "issue-attachment-upload", "POST",
+                 lambda o, t, by=by: (f"/api/companies/{s(t.company)}/issues/{ref(t.issue, by)}/attachments",
+                                      upload())),
+            # my company in the path, another company's issue
+            Case(f"attachment-upload-issue[{by}]", "issue-attachment-upload", "POST",
+                 lambda o, t, by=by: (f"/api/companies/{s(o.company)}/issues/{ref(t.issue, by)}/attachments",
+                                      upload())),
         ]
     return cases
 
@@ -385,16 +444,16 @@ CASES = [
          lambda o, t: (f"/api/companies/{s(t.company)}/cases",
                        {"type": "review", "title": "planted", "kickoff": "k", "workflowDocumentText": "w"})),
     Case("case-create-projectId", "company-cases", "POST",
-         lambda o, t: (f"/api/companies/{s(o.company)}/cases", {"type": "review", "title": "x", "kickoff": "k",
-                                                                 "workflowDocumentText": "w",
-                                                                 "projectId": s(t.project)})),
+         lambda o, t: (f"/api/companies/{s(o.company)}/cases",
+                       {"type": "review", "title": "x", "kickoff": "k", "workflowDocumentText": "w",
+                        "projectId": s(t.project)})),
     Case("case-create-parentCaseId", "company-cases", "POST",
-         lambda o, t: (f"/api/companies/{s(o.company)}/cases", {"type": "review", "title": "x", "kickoff": "k",
-                                                                 "workflowDocumentText": "w",
-                                                                 "parentCaseId": s(t.case)})),
+         lambda o, t: (f"/api/companies/{s(o.company)}/cases",
+                       {"type": "review", "title": "x", "kickoff": "k", "workflowDocumentText": "w",
+                        "parentCaseId": s(t.case)})),
     Case("case-create-workflowDefinitionId", "company-cases", "POST",
-         lambda o, t: (f"/api/companies/{s(o.company)}/cases", {"type": "review", "title": "x", "kickoff": "k",
-                                                                 "workflowDefinitionId": s(t.workflow)})),
+         lambda o, t: (f"/api/companies/{s(o.company)}/cases",
+                       {"type": "review", "title": "x", "kickoff": "k", "workflowDefinitionId": s(t.workflow)})),
     Case("company-case-types", "company-case-types", "GET",
          lambda o, t: (f"/api/companies/{s(t.company)}/cases/types", None)),
     Case("case-get[uuid]", "case-detail", "GET", lambda o, t: (f"/api/cases/{s(t.case)}", None)),
@@ -452,10 +511,12 @@ CASES = [
                         "workflowDocumentText": "w"})),
     Case("handoff-kickoff-to", "company-case-handoffs", "POST",
          lambda o, t: (f"/api/companies/{s(o.company)}/case-handoffs",
-                       {"to": s(t.agent), "type": "review", "title": "x", "kickoff": "k", "workflowDocumentText": "w"})),
+                       {"to": s(t.agent), "type": "review", "title": "x", "kickoff": "k",
+                        "workflowDocumentText": "w"})),
     Case("handoff-kickoff-workflowId", "company-case-handoffs", "POST",
          lambda o, t: (f"/api/companies/{s(o.company)}/case-handoffs",
-                       {"to": s(o.agent), "type": "review", "title": "x", "kickoff": "k", "workflowId": s(t.workflow)})),
+                       {"to": s(o.agent), "type": "review", "title": "x", "kickoff": "k",
+                        "workflowId": s(t.workflow)})),
     Case("handoff-caseId", "company-case-handoffs", "POST",
          lambda o, t: (f"/api/companies/{s(o.company)}/case-handoffs",
                        {"caseId": s(t.case), "to": s(o.agent), "idempotencyKey": "x"})),
@@ -561,6 +622,23 @@ CASES = [
     Case("company-labels-create", "company-labels", "POST",
          lambda o, t: (f"/api/companies/{s(t.company)}/labels", {"name": "planted", "color": "#abcdef"})),
     Case("label-delete", "label-detail", "DELETE", lambda o, t: (f"/api/labels/{s(t.label)}", None)),
+    # --- issue attachments (issues/api/attachments.py; the issue-path cases are in issue_path_cases)
+    Case("attachment-upload-companyId", "issue-attachment-upload", "POST",  # another company, my issue
+         lambda o, t: (f"/api/companies/{s(t.company)}/issues/{s(o.issue)}/attachments", upload())),
+    Case("attachment-upload-issueCommentId", "issue-attachment-upload", "POST",
+         lambda o, t: (f"/api/companies/{s(o.company)}/issues/{s(o.issue)}/attachments",
+                       upload(issueCommentId=s(t.comment)))),
+    # B's attachment tied to a comment on A's issue (upstream's attachmentIds)
+    Case("patch-attachmentIds", "issue-detail", "PATCH",
+         lambda o, t: (f"/api/issues/{s(o.issue)}", {"comment": "see the file", "attachmentIds": [s(t.attachment)]})),
+    Case("comments-create-attachmentIds", "issue-comments", "POST",
+         lambda o, t: (f"/api/issues/{s(o.issue)}/comments", {"body": "see the file",
+                                                              "attachmentIds": [s(t.attachment)]})),
+    Case("attachment-get", "attachment-detail", "GET", lambda o, t: (f"/api/attachments/{s(t.attachment)}", None)),
+    Case("attachment-content", "attachment-content", "GET",
+         lambda o, t: (f"/api/attachments/{s(t.attachment)}/content", None)),
+    Case("attachment-delete", "attachment-detail", "DELETE",
+         lambda o, t: (f"/api/attachments/{s(t.attachment)}", None)),
     # --- #14 org (goals, projects, costs, dashboard, activity)
     Case("company-goals-list", "company-goals", "GET",
          lambda o, t: (f"/api/companies/{s(t.company)}/goals?level=task,company", None)),
@@ -623,6 +701,7 @@ CASES = [
 
 # Routes with no id to swap: each has its own test below proving it only shows the caller's company.
 NO_ID_ROUTES = {("agent-me", "GET"), ("agent-me-wake", "GET"), ("company-list", "GET"),
+                ("company-list", "POST"),  # a new company, instance admins only: tests/test_company_create.py
                 ("agent-me-inbox-lite", "GET"),  # its own test: tests/test_api_agents.py
                 ("board-api-keys", "GET"), ("board-api-keys", "POST"),  # the caller's own: tests/test_board_keys.py
                 ("issues-without-company", "GET")}  # always a 400: test_issues_without_a_company_is_a_400
@@ -678,9 +757,11 @@ def test_other_companys_ids_are_not_found_and_change_nothing(world, case, who):
     assert_unchanged(before, f"{who} {case.method} {path}")
     assert list(Issue.objects.filter(company=world.b.company).order_by("pk").values()) == b_issues
     # Nothing about B's object is revealed: a nonexistent id gets the very same answer.
-    ghost_path, ghost_body = case.build(world.a, ghost_of(world.b))
+    ghost_world = ghost_of(world.b)
+    ghost_path, ghost_body = case.build(world.a, ghost_world)
     ghost = send(client, case.method, ghost_path, ghost_body)
-    assert (ghost.status_code, ghost.json()) == (response.status_code, response.json())
+    assert ((ghost.status_code, with_ids_of(content_of(ghost), ghost_world, world.b))
+            == (response.status_code, content_of(response)))
     for text in (str(world.b.company.pk), world.b.company.name, world.b.issue.title, world.b.agent.name):
         assert text not in response.content.decode()
     assert_unchanged(before, f"{who} ghost {case.method} {ghost_path}")
@@ -693,11 +774,12 @@ def test_same_request_with_own_ids_is_not_a_404(world, case, who):
     client = client_for(world, who)
     path, body = case.build(world.a, world.a)
     response = send(client, case.method, path, body)
+    content = content_of(response)
     expected = dict(case.control_status).get(who)
     if expected is not None:
-        assert response.status_code == expected, response.content[:500]
+        assert response.status_code == expected, content[:500]
     else:
-        assert 200 <= response.status_code < 300, (response.status_code, response.content[:500])
+        assert 200 <= response.status_code < 300, (response.status_code, content[:500])
 
 
 # --- references that are not 404 by design still reveal nothing about B -----------------

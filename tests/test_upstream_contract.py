@@ -23,12 +23,14 @@ from typing import Any, Callable
 
 import httpx
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.utils import timezone
 
-from issues.actors import SYSTEM
-from issues.models import (ActivityLog, Agent, Approval, ApprovalComment, ApprovalIssue, BoardApiKey, Comment,
-                           Company, CostEvent, Issue, Label)
+from issues.actors import SYSTEM, Actor
+from issues.models import (ActivityLog, Agent, Approval, ApprovalComment, ApprovalIssue, Attachment, BoardApiKey,
+                           Comment, Company, CostEvent, Issue, Label)
+from issues.services.attachments import attachment_create
 from issues.services.companies import agent_api_key_create
 from issues.services.thread import document_write
 from tests.factories import (
@@ -187,13 +189,23 @@ HEARTBEAT_ISSUE = {k: ISSUE[k] for k in ("id", "identifier", "title", "status", 
                                          "parentId", "assigneeAgentId", "updatedAt")}
 HEARTBEAT_ANCESTOR = {"id": is_uuid, "identifier": is_str, "title": is_str, "status": one_of(ISSUE_STATUS),
                       "priority": one_of(PRIORITY)}
+ATTACHMENT_PATH = re.compile(r"/api/attachments/[0-9a-f-]{36}/content")
+ATTACHMENT = {"id": is_uuid, "companyId": is_uuid, "issueId": is_uuid, "issueCommentId": n(is_uuid),
+              "originalFilename": is_str, "contentType": is_str, "byteSize": is_int,
+              "sha256": lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None,
+              "objectKey": is_str, "createdByAgentId": n(is_uuid), "createdByUserId": n(is_user_id),
+              "contentPath": lambda v: isinstance(v, str) and ATTACHMENT_PATH.fullmatch(v) is not None,
+              "createdAt": is_dt, "updatedAt": is_dt}
+# The heartbeat context's compact entry (``filename`` there, ``originalFilename`` elsewhere).
+HEARTBEAT_ATTACHMENT = {k: ATTACHMENT[k] for k in ("id", "contentType", "byteSize", "contentPath", "createdAt")}
+HEARTBEAT_ATTACHMENT["filename"] = is_str
 HEARTBEAT_CONTEXT = {
     "issue": lambda v: not problems(v, HEARTBEAT_ISSUE),
     "ancestors": list_of(lambda v: not problems(v, HEARTBEAT_ANCESTOR)),
     "project": n(is_dict), "goal": n(is_dict), "wakeComment": n(lambda v: not problems(v, COMMENT)),
     "commentCursor": lambda v: not problems(v, {"totalComments": is_int, "latestCommentId": n(is_uuid),
                                                 "latestCommentAt": n(is_dt)}),
-    "attachments": list_of(is_dict)}
+    "attachments": list_of(lambda v: not problems(v, HEARTBEAT_ATTACHMENT))}
 ORG_NODE = {"id": is_uuid, "name": is_str, "role": one_of(AGENT_ROLE), "status": one_of(AGENT_STATUS),
             "reports": list_of(is_dict)}
 HIRE = {"agent": lambda v: not problems(v, AGENT_OBJ), "approval": n(lambda v: not problems(v, APPROVAL))}
@@ -249,6 +261,13 @@ OK = {"ok": lambda v: v is True}
 
 
 # --- the world -----------------------------------------------------------------------------------
+PNG = b"\x89PNG\r\n\x1a\n a screenshot"
+
+
+def png(name):
+    return SimpleUploadedFile(name, PNG, content_type="image/png")
+
+
 def board_key_create(user, *args) -> dict:
     """``manage.py board_key_create --user U --json`` -> {"id", "token", "expiresAt"} (the service
     issues.services.board_keys while the command is not there; the command's own test needs it)."""
@@ -334,6 +353,8 @@ def build_world(live_server) -> World:
     spare_run = RunFactory(agent=spare, status="queued")
     RunFactory(agent=rival, issue=rivals, status="running", started_at=timezone.now())
     ApprovalComment.objects.create(company=company, approval=approval, body="Why?", author_user=board_user)
+    # Uploaded by the agent: an agent deletes only its own attachments.
+    shot = attachment_create(actor=Actor(agent=me), issue=mine, upload=png("login-error.png"))
     CostEvent.objects.create(company=company, agent=me, issue=mine, project=project, provider="anthropic",
                              biller="anthropic", model="claude", input_tokens=10, output_tokens=5, cost_cents=7,
                              occurred_at=timezone.now())
@@ -350,23 +371,25 @@ def build_world(live_server) -> World:
     o_approval = Approval.objects.create(company=other, type="request_board_approval", title="x",
                                          requested_by_agent=o_agent)
     o_run = RunFactory(agent=o_agent, status="queued")
+    o_shot = attachment_create(actor=SYSTEM, issue=o_issue, upload=png("theirs.png"))
 
     ids = dict(company=company.pk, agent=me.pk, boss=boss.pk, rival=rival.pk, spare=spare.pk, issue=mine.pk,
                child=child.pk, loose=loose.pk, rivals=rivals.pk, comment=comment.pk, goal=goal.pk,
                spare_goal=spare_goal.pk, project=project.pk, label=label.pk, spare_label=spare_label.pk,
                approval=approval.pk, rev_approval=rev_approval.pk, run=run.pk, spare_run=spare_run.pk,
-               agent_key=me_key2.pk, board_key=spare_board_key["id"], plan_v1=plan_v1.pk)
+               agent_key=me_key2.pk, board_key=spare_board_key["id"], plan_v1=plan_v1.pk, attachment=shot.pk)
     foreign = dict(company=other.pk, agent=o_agent.pk, boss=o_agent.pk, rival=o_agent.pk, spare=o_agent.pk,
                    issue=o_issue.pk, child=o_issue.pk, loose=o_issue.pk, rivals=o_issue.pk, comment=o_comment.pk,
                    goal=o_goal.pk, spare_goal=o_goal.pk, project=o_project.pk, label=o_label.pk,
                    spare_label=o_label.pk, approval=o_approval.pk, rev_approval=o_approval.pk, run=o_run.pk,
-                   spare_run=o_run.pk, agent_key=o_key.pk, board_key=other_board_key["id"], plan_v1=o_plan.pk)
+                   spare_run=o_run.pk, agent_key=o_key.pk, board_key=other_board_key["id"], plan_v1=o_plan.pk,
+                   attachment=o_shot.pk)
     return World(base=live_server.url, ids={k: str(v) for k, v in ids.items()},
                  foreign={k: str(v) for k, v in foreign.items()},
                  tokens={BOARD: board["token"], AGENT: me_token},
                  run_ids={AGENT: str(uuid.uuid4())},
                  objs=dict(company=company, other=other, board_user=board_user, board_key=board, me=me,
-                           rival=rival, spare=spare, mine=mine))
+                           rival=rival, spare=spare, mine=mine, attachment=shot))
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -379,12 +402,13 @@ class Case:
     method: str
     path: str
     status: dict  # credential -> expected status
-    shape: Any = None  # a schema dict (an object), array(schema) (a bare non-empty array), or None
-    body: Body = None
+    shape: Any = None  # a schema dict (an object), array(schema) (a bare non-empty array), raw(type), or None
+    body: Body = None  # JSON; with ``files``, the other multipart/form-data fields
     query: dict | None = None
+    files: dict | None = None  # multipart/form-data files: {field: (filename, bytes, content type)}
     invalid: tuple = ()  # (body, field) pairs answered 400 naming the field
     setup: Callable | None = None  # (world, api) -> None, before the request
-    check: Callable | None = None  # (json, world, cred) -> None, after the shape
+    check: Callable | None = None  # (json, or the response for raw(), world, cred) -> None, after the shape
     foreign: bool = True  # the same request with another company's ids is a 404
     refusal: str = "board_only"  # the code of the agent key's 403 where the board succeeds
     xfail: dict = field(default_factory=dict)  # credential -> reason (documented differences)
@@ -407,6 +431,11 @@ def agent_only(code):
 
 def array(schema):
     return ("array", schema)
+
+
+def raw(content_type):
+    """Bytes, not JSON, answered with this Content-Type (the check gets the httpx response)."""
+    return ("raw", content_type)
 
 
 def released(body, w, cred):
@@ -516,6 +545,36 @@ def patch_echo(body, w, cred):
     assert "comment" in body and not problems(body["comment"], COMMENT), body.get("comment")
 
 
+TRACE = b"Traceback (most recent call last):\n  login failed\n"
+
+
+def attachment_added(body, w, cred):
+    got = {k: body[k] for k in ("issueId", "issueCommentId", "originalFilename", "contentType", "byteSize", "sha256")}
+    assert got == {"issueId": w.ids["issue"], "issueCommentId": w.ids["comment"], "originalFilename": "trace.txt",
+                   "contentType": "text/plain", "byteSize": len(TRACE),
+                   "sha256": hashlib.sha256(TRACE).hexdigest()}, body
+    assert body["contentPath"] == f"/api/attachments/{body['id']}/content", body
+    assert body["createdByAgentId"] == (w.ids["agent"] if cred == AGENT else None), body
+
+
+def attachment_bytes(response, w, cred):
+    assert response.content == PNG, response.content[:100]
+    assert response.headers["content-length"] == str(len(PNG)), response.headers
+
+
+def attachment_gone(body, w, cred):
+    assert not Attachment.objects.filter(pk=w.ids["attachment"]).exists(), "not deleted"
+
+
+def heartbeat_of_issue(body, w, cred):
+    assert body["issue"]["id"] == w.ids["issue"] and body["goal"]["id"] == w.ids["goal"], body
+    assert body["commentCursor"]["totalComments"] >= 1, body
+    # The compact entry, nothing more: the issue's one attachment.
+    attachments = body["attachments"]
+    assert [(a["id"], a["filename"]) for a in attachments] == [(w.ids["attachment"], "login-error.png")], attachments
+    assert set(attachments[0]) == set(HEARTBEAT_ATTACHMENT), attachments
+
+
 AGENT_DELETE_XFAIL = "differs: DELETE /issues/{id} is board-only here (upstream lets agents through the PATCH gate)"
 WAKEUP_XFAIL = "differs: POST /agents/{id}/wakeup answers 201 with {runId, ...} (this product's wake contract)"
 BOARD_CHECKOUT_XFAIL = ("differs: a board user checks out for an agent only naming one of that agent's live runs in "
@@ -613,8 +672,7 @@ CASES = [
     Case("issues_release", "POST", "/issues/{issue}/release", both(200), ISSUE, setup=in_progress_for_release,
          check=released),
     Case("issues_heartbeat_context", "GET", "/issues/{issue}/heartbeat-context", both(200), HEARTBEAT_CONTEXT,
-         check=lambda b, w, c: (b["issue"]["id"] == w.ids["issue"] and b["goal"]["id"] == w.ids["goal"]
-                                and b["commentCursor"]["totalComments"] >= 1) or pytest.fail(str(b))),
+         check=heartbeat_of_issue),
     Case("issues_comments_list", "GET", "/issues/{issue}/comments", both(200), array(COMMENT),
          query={"order": "asc"}, check=has_ids("comment")),
     Case("issues_comments_get", "GET", "/issues/{issue}/comments/{comment}", both(200), COMMENT,
@@ -637,6 +695,19 @@ CASES = [
          {"issue": lambda v: not problems(v, ISSUE), "previous": is_dict}, query={"clearAssignee": "false"}),
     Case("issues_documents_revisions", "GET", "/issues/{issue}/documents/plan/revisions", both(200),
          array(REVISION)),
+    # attachments (multipart upload; the content is bytes)
+    Case("issues_attachments_create", "POST", "/companies/{company}/issues/{issue}/attachments", both(201),
+         ATTACHMENT, files={"file": ("trace.txt", TRACE, "text/plain")},
+         body=lambda i: {"issueCommentId": i["comment"]},
+         invalid=(({"issueCommentId": "nope"}, "issueCommentId"),), check=attachment_added),
+    Case("issues_attachments_list", "GET", "/issues/{issue}/attachments", both(200), array(ATTACHMENT),
+         check=has_ids("attachment")),
+    Case("attachments_retrieve", "GET", "/attachments/{attachment}", both(200), ATTACHMENT,
+         check=expect("id", "@attachment")),
+    Case("attachments_content", "GET", "/attachments/{attachment}/content", both(200), raw("image/png"),
+         check=attachment_bytes),
+    Case("attachments_delete", "DELETE", "/attachments/{attachment}", both(200), OK,
+         check=attachment_gone),
     Case("labels_list", "GET", "/companies/{company}/labels", both(200),
          array({"id": is_uuid, "name": is_str, "color": is_str}), check=has_ids("label")),
     Case("labels_create", "POST", "/companies/{company}/labels", both(201),
@@ -734,13 +805,20 @@ def _params():
 def _send(api, case, ids, body):
     query = case.query(ids) if callable(case.query) else case.query
     kwargs = {"params": query}
-    if body is not None:
+    if case.files:  # multipart/form-data: the files, and the body's fields beside them
+        kwargs["files"] = case.files
+        kwargs["data"] = body
+    elif body is not None:
         kwargs["json"] = body
     return api.request(case.method, case.path.format(**ids), **kwargs)
 
 
 def _check_shape(data, shape):
     if shape is None:
+        return
+    if isinstance(shape, tuple) and shape[0] == "raw":
+        assert data.headers["content-type"].split(";")[0] == shape[1], data.headers["content-type"]
+        assert data.content, "expected bytes"
         return
     if isinstance(shape, tuple):
         assert isinstance(data, list), f"expected a bare array, got {str(data)[:300]}"
@@ -779,7 +857,8 @@ def test_endpoint_contract(live_server, case, cred):
                 assert error["code"] == case.refusal, error
             return
         assert response.status_code == expected, (response.status_code, response.text[:800])
-        data = response.json() if response.content else None
+        is_raw = isinstance(case.shape, tuple) and case.shape[0] == "raw"
+        data = response if is_raw else response.json() if response.content else None
         failures = []
         for step in (lambda: _check_shape(data, case.shape), lambda: case.check and case.check(data, w, cred)):
             try:  # report the shape and the behaviour together: one missing key must not hide the rest
@@ -791,7 +870,7 @@ def test_endpoint_contract(live_server, case, cred):
 
 # --- behaviour beyond the table -------------------------------------------------------------------
 @pytest.mark.xfail(strict=True, reason="differs: user ids (assigneeUserId, createdByUserId, authorUserId, …) "
-                                        "are integers")
+                                       "are integers")
 @pytest.mark.django_db(transaction=True)
 def test_user_ids_are_strings(live_server):
     """Upstream user ids are strings (Better Auth); this product's are integers."""
@@ -801,8 +880,9 @@ def test_user_ids_are_strings(live_server):
     assert isinstance(created["createdByUserId"], str), created["createdByUserId"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="differs: work starts with a checkout; creating an issue in_progress is a "
-                                        "422 use_checkout")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="differs: work starts with a checkout; creating an issue in_progress is a "
+                          "422 use_checkout")
 @pytest.mark.django_db(transaction=True)
 def test_an_issue_may_be_created_in_progress(live_server):
     """Upstream creates an issue in_progress when it has an assignee."""
@@ -828,8 +908,9 @@ def test_naming_an_assignee_needs_tasks_assign(live_server):
     assert created.json()["error"] == "Missing permission: tasks:assign"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="differs: an agent's task tree stays two levels deep (seed 004); a "
-                                        "grandchild is placed beside the requester (parentAdjusted)")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="differs: an agent's task tree stays two levels deep (seed 004); a "
+                          "grandchild is placed beside the requester (parentAdjusted)")
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_creates_a_grandchild_under_the_parent_it_names(live_server):
     w = build_world(live_server)
@@ -839,8 +920,9 @@ def test_an_agent_creates_a_grandchild_under_the_parent_it_names(live_server):
     assert created.status_code == 201 and created.json()["parentId"] == w.ids["child"], created.text
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="differs: within a priority the list is oldest first (a work queue); "
-                                        "sortField=updated&sortDir=desc gives upstream's most recent first")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="differs: within a priority the list is oldest first (a work queue); "
+                          "sortField=updated&sortDir=desc gives upstream's most recent first")
 @pytest.mark.django_db(transaction=True)
 def test_the_list_shows_the_most_recently_active_first_within_a_priority(live_server):
     w = build_world(live_server)
