@@ -788,6 +788,9 @@ CASES = [
          query=lambda i: {"entityType": "issue", "entityId": i["issue"]}),
     # §5.9 companies
     Case("companies_list", "GET", "/companies", board_only(200), array(COMPANY), foreign=False),
+    Case("companies_create", "POST", "/companies", board_only(201), COMPANY, body={"name": "Contract Clips"},
+         setup=staff_board, invalid=(({}, "name"),), foreign=False,
+         check=lambda b, w, c: (b["name"], b["issuePrefix"][:3]) == ("Contract Clips", "CON") or pytest.fail(str(b))),
     Case("companies_get", "GET", "/companies/{company}", both(200), COMPANY),
     Case("companies_update", "PATCH", "/companies/{company}", board_only(200), COMPANY,
          body={"budgetMonthlyCents": 10000, "description": "We make clips"},
