@@ -5,9 +5,10 @@ row records the name, type, size and SHA-256 the uploader sent. Writers are the 
 any agent of the company (from the checkout run while the issue is in progress, as for comments)
 and board users with write access; an agent deletes only what it uploaded.
 
-The bytes follow the row: written inside the row's transaction and removed again if it does not
-commit; removed once a deletion of the row commits, whatever deleted it (this service, an issue's
-deletion, the admin), by the ``post_delete`` receiver below.
+The bytes follow the row: written just before the row's transaction and removed again if it does
+not commit; removed once a deletion of the row commits, whatever deleted it (this service, an
+issue's deletion), by the ``post_delete`` receiver below. What a crash or a caller's rollback
+leaves behind, :func:`attachments_orphan_sweep` removes.
 """
 from __future__ import annotations
 
