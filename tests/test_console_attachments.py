@@ -7,9 +7,7 @@ import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.html import escape
 
@@ -19,6 +17,7 @@ from issues.models import ActivityLog, Attachment
 from issues.models.attachment import attachment_storage
 from issues.services.attachments import attachment_create
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory
+from tests.queries import count_page_queries
 
 pytestmark = pytest.mark.django_db
 
@@ -127,11 +126,6 @@ def test_the_content_link_serves_the_bytes_to_the_board_users_session(client, ow
 def test_the_page_reads_the_authors_in_a_constant_number_of_queries(client, owner, company, issue):
     url = reverse("console:issue-detail", args=[issue.identifier])
 
-    def count():
-        with CaptureQueriesContext(connection) as ctx:
-            assert client.get(url).status_code == 200
-        return len(ctx.captured_queries)
-
     def grow(n):
         for i in range(n):
             agent = AgentFactory(company=company)
@@ -140,9 +134,9 @@ def test_the_page_reads_the_authors_in_a_constant_number_of_queries(client, owne
             attachment_create(actor=Actor(user=user), issue=issue, upload=a_file(f"u{i}.txt", b"hi", "text/plain"))
 
     grow(1)
-    small = count()
+    small = count_page_queries(client, url)
     grow(4)
-    assert count() == small
+    assert count_page_queries(client, url) == small
 
 
 # --- upload -----------------------------------------------------------------------------------------------

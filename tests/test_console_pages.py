@@ -5,9 +5,7 @@ its ActivityLog row are checked)."""
 import re
 
 import pytest
-from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from cases import services as case_services
@@ -18,6 +16,7 @@ from issues.models.agent import hash_key
 from issues.services.runs import run_append_event, run_finish
 from issues.services.thread import comment_create, document_write, interaction_create
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, RunFactory
+from tests.queries import count_page_queries
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -570,11 +569,6 @@ def test_list_pages_keep_a_constant_query_count(world, name):
     client = world.client("viewer")
     url = pages(world)[name]
 
-    def count():
-        with CaptureQueriesContext(connection) as ctx:
-            assert client.get(url).status_code == 200
-        return len(ctx.captured_queries)
-
     def grow(n):
         for i in range(n):
             agent = AgentFactory(company=world.company, reports_to=world.agent)
@@ -584,9 +578,9 @@ def test_list_pages_keep_a_constant_query_count(world, name):
                                       title=f"case {i}", kickoff="k", workflow_document_text="w")
 
     grow(2)
-    small = count()
+    small = count_page_queries(client, url)
     grow(15)
-    assert count() == small
+    assert count_page_queries(client, url) == small
 
 
 def test_issue_count_on_the_page_is_the_query_not_the_model(world):

@@ -1,6 +1,5 @@
 """Files attached to an issue (upstream's issue attachments): the bytes live in the ``attachments``
 storage (settings.STORAGES) under ``object_key``; the row keeps what a reader needs to trust them."""
-from django.conf import settings
 from django.core.files.storage import storages
 from django.db import models
 from django.db.models import Q
@@ -10,7 +9,7 @@ from issues.choices import AuthorType
 from .base import UUIDModel, choices_check
 from .company import Company
 from .issue import Issue
-from .thread import Comment
+from .thread import Authored, Comment
 
 
 # Shown by the browser (a new tab); anything else is served as a download.
@@ -22,7 +21,7 @@ def attachment_storage():
     return storages["attachments"]
 
 
-class Attachment(UUIDModel):
+class Attachment(UUIDModel, Authored):
     company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="+")
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="attachments")
     # Upstream's issueCommentId: the comment the file belongs to, when it was posted with one.
@@ -33,12 +32,6 @@ class Attachment(UUIDModel):
     sha256 = models.CharField(max_length=64)
     # Built from ids only (never the uploaded name), so a name cannot steer where bytes are written.
     object_key = models.CharField(max_length=300, unique=True)
-    author_type = models.CharField(max_length=16, choices=AuthorType.choices)
-    author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    author_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -10,15 +10,24 @@ from .company import Company
 from .issue import Issue
 
 
-class Comment(UUIDModel):
-    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="+")
-    issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="comments")
+class Authored(models.Model):
+    """Who wrote a row, as issues.services.thread.revision_author fills it: an agent (and its run),
+    a board user, or the host (``system``)."""
+
     author_type = models.CharField(max_length=16, choices=AuthorType.choices)
     author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     author_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        abstract = True
+
+
+class Comment(UUIDModel, Authored):
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="+")
+    issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="comments")
     body = models.TextField()
     # Where the text came from (tracker, actor, URL); anything external is untrusted.
     provenance = models.JSONField(default=dict, blank=True)
@@ -85,19 +94,13 @@ class Document(UUIDModel, DocumentVisibility):
         return f"{self.issue_id}:{self.key}"
 
 
-class DocumentRevision(UUIDModel):
+class DocumentRevision(UUIDModel, Authored):
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="revisions")
     number = models.PositiveIntegerField()
     title = models.CharField(max_length=300, blank=True)
     body = models.TextField()
     # The writer's note on what this revision changed (upstream's changeSummary).
     change_summary = models.CharField(max_length=500, blank=True)
-    author_type = models.CharField(max_length=16, choices=AuthorType.choices)
-    author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    author_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    run = models.ForeignKey("issues.HeartbeatRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         ordering = ["document", "number"]
