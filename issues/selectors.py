@@ -10,8 +10,8 @@ from issues.actors import Actor, uuid_or_none
 from issues.choices import TERMINAL_ISSUE_STATUSES
 from issues.exceptions import Forbidden, InvalidInput, NotFound
 from issues.filtersets import IssueFilterSet
-from issues.models.attachment import attachment_storage
 from issues.models import Agent, Approval, Attachment, Comment, Document, HeartbeatRun, Issue, RunEvent, WakeupRequest
+from issues.models.attachment import attachment_storage
 from issues.operator_alerts import operator_alerts
 
 ISSUE_RELATED = ("assignee_agent", "assignee_user", "project", "goal", "parent", "company")

@@ -7,9 +7,10 @@ without a row) is the failure a user would meet.
 """
 import hashlib
 import io
+import os
+import time
 
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from issues.actors import SYSTEM
@@ -17,12 +18,11 @@ from issues.models import ActivityLog, Attachment
 from issues.models.attachment import attachment_storage
 from issues.services import attachments as attachment_services
 from issues.services.thread import comment_create
+from tests.attachment_files import PNG, a_file, stored_keys
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory, RunFactory
 from tests.test_errors import assert_error
 
 pytestmark = pytest.mark.django_db
-
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 
 
 def upload_url(issue, company=None):
@@ -30,17 +30,8 @@ def upload_url(issue, company=None):
 
 
 def upload(client, issue, name="shot.png", content=PNG, content_type="image/png", company=None, **fields):
-    data = {"file": SimpleUploadedFile(name, content, content_type=content_type), **fields}
+    data = {"file": a_file(name, content, content_type), **fields}
     return client.post(upload_url(issue, company), data, format="multipart")
-
-
-def stored_keys(issue):
-    """The object keys present in storage under this issue's folder."""
-    storage = attachment_storage()
-    folder = f"{issue.company_id}/issues/{issue.pk}"
-    if not storage.exists(folder):
-        return set()
-    return {f"{folder}/{name}" for name in storage.listdir(folder)[1]}
 
 
 def content_of(response):
@@ -102,8 +93,8 @@ def test_missing_empty_and_several_files_are_refused_with_upstreams_words(agent_
     assert error["message"] == "Missing file field 'file'"
     error = assert_error(upload(agent_client, issue, content=b""), 422, "attachment_empty", fields=["file"])
     assert error["message"] == "Attachment is empty"
-    two = {"file": [SimpleUploadedFile("a.png", PNG, content_type="image/png"),
-                    SimpleUploadedFile("b.png", PNG, content_type="image/png")]}
+    two = {"file": [a_file("a.png"),
+                    a_file("b.png")]}
     assert_error(agent_client.post(upload_url(issue), two, format="multipart"), 400, fields=["file"])
     assert_error(agent_client.post(upload_url(issue), {"file": "text"}, format="json"), 415)
     assert not Attachment.objects.exists() and stored_keys(issue) == set()
@@ -131,7 +122,7 @@ def test_the_service_refuses_an_oversized_file_handed_to_it_directly(issue, sett
     settings.PAPERCLIP = {**settings.PAPERCLIP, "ATTACHMENT_MAX_BYTES": 10}
     with pytest.raises(attachment_services.Unprocessable) as refused:
         attachment_services.attachment_create(actor=SYSTEM, issue=issue,
-                                              upload=SimpleUploadedFile("a.txt", b"x" * 11, "text/plain"))
+                                              upload=a_file("a.txt", b"x" * 11, "text/plain"))
     assert refused.value.code == "attachment_too_large"
 
 
@@ -193,7 +184,7 @@ def test_a_viewer_cannot_attach_or_delete(company, issue):
     viewer.force_login(MembershipFactory(company=company, role="viewer").user)
     assert_error(upload(viewer, issue), 403)
     attachment = attachment_services.attachment_create(
-        actor=SYSTEM, issue=issue, upload=SimpleUploadedFile("a.png", PNG, content_type="image/png"))
+        actor=SYSTEM, issue=issue, upload=a_file("a.png"))
     assert_error(viewer.delete(f"/api/attachments/{attachment.pk}"), 403)
     assert viewer.get(f"/api/attachments/{attachment.pk}/content").status_code == 200  # reading is fine
     assert Attachment.objects.filter(issue=issue).count() == 1
@@ -233,35 +224,40 @@ def test_bytes_of_a_row_that_does_not_commit_are_removed(issue, monkeypatch):
 
     monkeypatch.setattr(attachment_services, "activity_record", fail)
     with pytest.raises(RuntimeError):
-        attachment_services.attachment_create(actor=SYSTEM, issue=issue,
-                                              upload=SimpleUploadedFile("a.png", PNG, content_type="image/png"))
+        attachment_services.attachment_create(actor=SYSTEM, issue=issue, upload=a_file("a.png"))
     assert not Attachment.objects.exists() and stored_keys(issue) == set()
 
 
-def test_the_sweep_removes_old_bytes_no_row_names(agent_client, issue):
-    import os
-    import time
-
+def test_the_sweep_removes_old_bytes_no_row_names(agent_client, issue, monkeypatch):
     from issues.services.scheduling import sweep
 
     kept = upload(agent_client, issue).json()["objectKey"]
     storage = attachment_storage()
     folder = f"{issue.company_id}/issues/{issue.pk}"
-    stale = storage.save(f"{folder}/stale-orphan", io.BytesIO(b"x"))
-    fresh = storage.save(f"{folder}/fresh", io.BytesIO(b"y"))
-    two_hours_ago = time.time() - 7200
-    for key in (kept, stale):
-        os.utime(storage.path(key), (two_hours_ago, two_hours_ago))
+
+    def orphan(name, age_seconds):
+        key = storage.save(f"{folder}/{name}", io.BytesIO(b"x"))
+        then = time.time() - age_seconds
+        os.utime(storage.path(key), (then, then))
+        return key
+
+    os.utime(storage.path(kept), (time.time() - 7200,) * 2)  # old, but a row names it
+    orphan("stale-orphan", 7200)
+    fresh = orphan("fresh", 0)
     assert attachment_services.attachments_orphan_sweep(force=True) == 1
     assert stored_keys(issue) == {kept, fresh}  # a fresh file may be an upload still committing
-    # The host's periodic sweep runs it (at most once an hour per process: it walks the storage).
-    assert sweep(owner="test")["attachmentOrphans"] == 0
+    # The host's periodic sweep runs it, at most once an hour per process (it walks the storage).
+    monkeypatch.setattr(attachment_services, "_orphans_swept_at", None)
+    second = orphan("second-orphan", 7200)
+    assert sweep(owner="test")["attachmentOrphans"] == 1 and second not in stored_keys(issue)
+    third = orphan("third-orphan", 7200)
+    assert sweep(owner="test")["attachmentOrphans"] == 0 and third in stored_keys(issue)
 
 
 def test_another_companys_attachments_are_404s(board_client, company, issue):
     foreign_issue = IssueFactory(company=CompanyFactory())
     foreign = attachment_services.attachment_create(
-        actor=SYSTEM, issue=foreign_issue, upload=SimpleUploadedFile("a.png", PNG, content_type="image/png"))
+        actor=SYSTEM, issue=foreign_issue, upload=a_file("a.png"))
     for path in (f"/api/attachments/{foreign.pk}", f"/api/attachments/{foreign.pk}/content",
                  f"/api/issues/{foreign_issue.pk}/attachments"):
         assert_error(board_client.get(path), 404)
@@ -295,10 +291,10 @@ def test_attachment_ids_need_a_comment_and_this_issues_attachments(agent_client,
     assert error["message"] == "Attachments are only supported when posting a comment"
     other_issue = IssueFactory(company=company)
     elsewhere = attachment_services.attachment_create(
-        actor=SYSTEM, issue=other_issue, upload=SimpleUploadedFile("a.png", PNG, content_type="image/png"))
+        actor=SYSTEM, issue=other_issue, upload=a_file("a.png"))
     foreign = attachment_services.attachment_create(
         actor=SYSTEM, issue=IssueFactory(company=CompanyFactory()),
-        upload=SimpleUploadedFile("a.png", PNG, content_type="image/png"))
+        upload=a_file("a.png"))
     comments = issue.comments.count()
     for wrong in (elsewhere, foreign):
         refused = agent_client.patch(f"/api/issues/{issue.pk}", {"comment": "see", "attachmentIds": [

@@ -6,7 +6,6 @@ issues/services/attachments.py's (tests/test_attachments.py)."""
 import re
 
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
@@ -14,15 +13,14 @@ from django.utils.html import escape
 from issues import selectors
 from issues.actors import Actor
 from issues.models import ActivityLog, Attachment
-from issues.models.attachment import attachment_storage
 from issues.services.attachments import attachment_create
+from tests.attachment_files import PNG, a_file, stored_keys
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, MembershipFactory
 from tests.queries import count_page_queries
 
 pytestmark = pytest.mark.django_db
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4  # 1,032 bytes
 PDF = b"%PDF-1.4\n" + b"x" * 3000 + b"\n%%EOF\n"
 
 
@@ -39,18 +37,6 @@ def login(user) -> Client:
 
 def text(response) -> str:
     return response.content.decode()
-
-
-def a_file(name="shot.png", content=PNG, content_type="image/png"):
-    return SimpleUploadedFile(name, content, content_type=content_type)
-
-
-def stored_keys(issue) -> set[str]:
-    storage = attachment_storage()
-    folder = f"{issue.company_id}/issues/{issue.pk}"
-    if not storage.exists(folder):
-        return set()
-    return {f"{folder}/{name}" for name in storage.listdir(folder)[1]}
 
 
 @pytest.fixture

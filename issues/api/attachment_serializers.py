@@ -33,7 +33,8 @@ class HeartbeatAttachmentSerializer(serializers.Serializer):
 
 class AttachmentUploadSerializer(serializers.Serializer):
     """multipart/form-data: one ``file`` and an optional ``issueCommentId``."""
-    file = serializers.FileField(allow_empty_file=True, help_text="The file (one); its part's Content-Type is kept, or guessed from "
-                                           "the name when missing or application/octet-stream.")
+    file = serializers.FileField(allow_empty_file=True,  # an empty file is the service's 422, as upstream
+                                 help_text="The file (one); its part's Content-Type is kept, or guessed from the "
+                                           "name when missing or application/octet-stream.")
     issueCommentId = serializers.UUIDField(required=False, allow_null=True,
                                            help_text="A comment of this issue the file belongs to.")

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from issues import selectors
 from issues.actors import actor_from_request
-from issues.exceptions import NotFound
+from issues.models import Issue
 from issues.services import attachments as attachment_services
 from paperclip.core.uploads import one_uploaded_file
 
@@ -40,9 +40,7 @@ class IssueAttachmentUploadView(APIView):
     def post(self, request, company_id, issue_id):
         actor = actor_from_request(request)
         company = actor.company(company_id)
-        issue = selectors.issue_row(actor=actor, pk=issue_id)
-        if issue.company_id != company.pk:
-            raise NotFound("Issue not found.")
+        issue = selectors.get_by_ref(Issue.objects.filter(company=company), actor, issue_id, "Issue")
         upload = one_uploaded_file(request, "file")
         data = validated(AttachmentUploadSerializer, request.data)
         attachment = attachment_services.attachment_create(actor=actor, issue=issue, upload=upload,

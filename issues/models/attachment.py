@@ -4,9 +4,7 @@ from django.core.files.storage import storages
 from django.db import models
 from django.db.models import Q
 
-from issues.choices import AuthorType
-
-from .base import UUIDModel, choices_check
+from .base import UUIDModel
 from .company import Company
 from .issue import Issue
 from .thread import Authored, Comment
@@ -37,12 +35,10 @@ class Attachment(UUIDModel, Authored):
         ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["issue", "created_at"], name="attachment_issue_created_idx")]
         constraints = [
-            choices_check("author_type", AuthorType, "attachment_author_type_valid"),
+            *Authored.author_constraints("attachment"),
             models.CheckConstraint(condition=Q(byte_size__gt=0), name="attachment_not_empty"),
             models.CheckConstraint(condition=Q(sha256__regex=r"^[0-9a-f]{64}$"), name="attachment_sha256_hex"),
             models.CheckConstraint(condition=Q(original_filename__gt=""), name="attachment_filename_present"),
-            models.CheckConstraint(condition=~Q(author_type=AuthorType.AGENT) | Q(author_agent__isnull=False),
-                                   name="attachment_agent_author_set"),
         ]
 
     def __str__(self):

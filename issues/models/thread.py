@@ -24,6 +24,15 @@ class Authored(models.Model):
     class Meta:
         abstract = True
 
+    @staticmethod
+    def author_constraints(prefix: str) -> list:
+        """The author columns' rules: a known author type, and an agent's row names the agent."""
+        return [
+            choices_check("author_type", AuthorType, f"{prefix}_author_type_valid"),
+            models.CheckConstraint(condition=~Q(author_type=AuthorType.AGENT) | Q(author_agent__isnull=False),
+                                   name=f"{prefix}_agent_author_set"),
+        ]
+
 
 class Comment(UUIDModel, Authored):
     company = models.ForeignKey(Company, on_delete=models.CASCADE, related_name="+")
@@ -35,13 +44,7 @@ class Comment(UUIDModel, Authored):
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["issue", "created_at"], name="comment_issue_created_idx")]
-        constraints = [
-            choices_check("author_type", AuthorType, "comment_author_type_valid"),
-            models.CheckConstraint(
-                condition=~Q(author_type=AuthorType.AGENT) | Q(author_agent__isnull=False),
-                name="comment_agent_author_set",
-            ),
-        ]
+        constraints = Authored.author_constraints("comment")
 
 
 class DocumentVisibility(models.Model):

@@ -156,8 +156,7 @@ def attachments_orphan_sweep(*, now=None, force: bool = False) -> int:
         return 0
     _orphans_swept_at = now
     storage, removed = attachment_storage(), 0
-    for folder in _issue_folders(storage):
-        keys = {f"{folder}/{name}" for name in storage.listdir(folder)[1]}
+    for keys in _stored_keys_by_company(storage):
         keys -= set(Attachment.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
         for key in sorted(keys):
             if storage.get_modified_time(key) < now - ORPHAN_GRACE:
@@ -166,16 +165,17 @@ def attachments_orphan_sweep(*, now=None, force: bool = False) -> int:
     return removed
 
 
-def _issue_folders(storage):
-    """``<company>/issues/<issue>`` folders, as attachment_create names them."""
+def _stored_keys_by_company(storage):
+    """The stored keys (``<company>/issues/<issue>/<id>``, as attachment_create names them), one set
+    per company folder, so each company's rows are read in one query."""
     try:
         companies = storage.listdir("")[0]
     except FileNotFoundError:  # nothing was ever attached
         return
     for company in companies:
         if storage.exists(f"{company}/issues"):
-            for issue in storage.listdir(f"{company}/issues")[0]:
-                yield f"{company}/issues/{issue}"
+            yield {f"{company}/issues/{issue}/{name}" for issue in storage.listdir(f"{company}/issues")[0]
+                   for name in storage.listdir(f"{company}/issues/{issue}")[1]}
 
 
 def _remove_bytes(key: str):

@@ -24,16 +24,19 @@ def company_create(*, name: str, issue_prefix: str, enable_cases: bool = False, 
     prefix = issue_prefix.strip().upper()
     if not PREFIX_FORMAT.match(prefix):
         raise InvalidInput(details={"issuePrefix": ["2-10 letters and digits, starting with a letter (e.g. ACME)."]})
+    taken = Conflict("That issue prefix is taken.", code="prefix_taken", details={"issuePrefix": [prefix]})
+    if Company.objects.filter(issue_prefix=prefix).exists():
+        raise taken
     try:
         with transaction.atomic():
-            if Company.objects.filter(issue_prefix=prefix).exists():
-                raise Conflict("That issue prefix is taken.", code="prefix_taken", details={"issuePrefix": [prefix]})
             company = Company.objects.create(name=name, issue_prefix=prefix, enable_cases=enable_cases,
                                              description=description, budget_monthly_cents=budget_monthly_cents)
             activity_record(actor=actor, company_id=company.id, action="company.created", entity_type="company",
                             entity_id=company.id, details={"name": name, "prefix": prefix})
-    except IntegrityError:  # the same prefix committed meanwhile (the unique constraint)
-        raise Conflict("That issue prefix is taken.", code="prefix_taken", details={"issuePrefix": [prefix]})
+    except IntegrityError:
+        if Company.objects.filter(issue_prefix=prefix).exists():  # committed meanwhile (the unique constraint)
+            raise taken
+        raise
     return company
 
 
@@ -42,7 +45,7 @@ def issue_prefix_candidates(name: str):
     Paperclip), then PAP2, PAP3, …; a name without any gives CO, CO2, …"""
     folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().upper()
     base = re.sub(r"[^A-Z0-9]", "", folded).lstrip("0123456789")[:3]
-    base = base if len(base) >= 2 else (base + "CO")[:2] if base else "CO"
+    base = base if len(base) >= 2 else (base + "CO")[:2]
     yield base
     for n in range(2, 10 ** (10 - len(base))):
         yield f"{base}{n}"
