@@ -519,6 +519,24 @@ def company_runs(*, company, params) -> list[HeartbeatRun]:
                 .order_by("-created_at", "-id")[:limit])
 
 
+def issue_runs(*, issue: Issue, params) -> list[HeartbeatRun]:
+    """``GET /issues/{id}/runs``: the runs woken for the issue and those that wrote to it (audit
+    rows naming both), newest first, bounded like the company's run list. One query."""
+    from django.db.models.fields.json import KeyTransform
+
+    from issues.models import ActivityLog
+
+    limit = RUN_LIST_DEFAULT_LIMIT
+    if params.get("limit") is not None:
+        limit = bounded_int(params["limit"], "limit", minimum=1, maximum=RUN_LIST_MAX_LIMIT)
+    wrote = ActivityLog.objects.filter(company_id=issue.company_id, entity_type="issue", entity_id=str(issue.pk),
+                                       run__isnull=False).values("run_id")
+    return list(HeartbeatRun.objects.filter(company_id=issue.company_id)
+                .filter(Q(issue=issue) | Q(pk__in=wrote)).defer("context")
+                .annotate(wake_reasons=KeyTransform("wakeReasons", "context"))
+                .order_by("-created_at", "-id")[:limit])
+
+
 def company_live_runs(*, company) -> list[HeartbeatRun]:
     """``GET /companies/{id}/live-runs``: queued and running runs with their agent's name, one query."""
     from issues.choices import RunStatus
@@ -727,6 +745,16 @@ def project_get(*, actor: Actor, pk):
     from issues.models import Project
 
     return scoped_get(Project.objects.prefetch_related("goals"), actor, pk, "Project")
+
+
+def issue_activity(*, issue: Issue, params):
+    """``GET /issues/{id}/activity``: the audit rows about the issue, newest first, one query,
+    bounded by limit/offset and narrowed by the activity list's filters."""
+    from issues.filtersets import ActivityFilterSet
+    from issues.models import ActivityLog
+
+    rows = ActivityLog.objects.filter(company_id=issue.company_id, entity_type="issue", entity_id=str(issue.pk))
+    return _filtered_window(ActivityFilterSet, params, rows.order_by("-created_at", "-id"), issue.company_id)
 
 
 def activity_list(*, company, params):

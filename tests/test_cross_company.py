@@ -589,7 +589,7 @@ CASES = [
          lambda o, t: (f"/api/heartbeat-runs/{s(t.run)}/issues", None)),
     *[Case(f"issue-{name}[{by}]", f"issue-{name}", "GET",
            lambda o, t, by=by, name=name: (f"/api/issues/{ref(t.wip, by)}/{name}", None))
-      for name in ("live-runs", "active-run") for by in ("uuid", "identifier")],
+      for name in ("live-runs", "active-run", "runs", "activity") for by in ("uuid", "identifier")],
     # --- #14 issue extras (children, labels, delete, comments, active run)
     # One comment: another company's issue is a 404, and so is another issue's comment under my issue.
     Case("issue-comment-get-other-issue", "issue-comment-detail", "GET",

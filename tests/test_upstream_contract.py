@@ -642,6 +642,8 @@ CASES = [
          check=lambda b, w, c: [x.get("id", x.get("issueId")) for x in b] == [w.ids["issue"]] or pytest.fail(str(b)),
          foreign=False),
     Case("issues_live_runs", "GET", "/issues/{rivals}/live-runs", both(200), array(LIVE_RUN)),
+    Case("issues_runs", "GET", "/issues/{issue}/runs", both(200),
+         array({**RUN, "runId": is_uuid, "adapterType": is_str}), check=has_ids("run")),
     Case("issues_active_run", "GET", "/issues/{rivals}/active-run", both(200), RUN_CORE),
     # §5.2 issues
     Case("company_issues_list", "GET", "/companies/{company}/issues", both(200), array(ISSUE),
@@ -786,6 +788,9 @@ CASES = [
     Case("dashboard", "GET", "/companies/{company}/dashboard", both(200), DASHBOARD),
     Case("activity_list", "GET", "/companies/{company}/activity", both(200), array(ACTIVITY),
          query=lambda i: {"entityType": "issue", "entityId": i["issue"]}),
+    Case("issues_activity", "GET", "/issues/{issue}/activity", both(200), array(ACTIVITY),
+         check=lambda b, w, c: (b and all((x["entityType"], x["entityId"]) == ("issue", w.ids["issue"]) for x in b))
+         or pytest.fail(str(b))),
     # §5.9 companies
     Case("companies_list", "GET", "/companies", board_only(200), array(COMPANY), foreign=False),
     Case("companies_create", "POST", "/companies", board_only(201), COMPANY, body={"name": "Contract Clips"},

@@ -11,16 +11,42 @@ from rest_framework.views import APIView
 from issues import selectors
 from issues.actors import actor_from_request
 from issues.exceptions import InvalidInput
-from issues.filtersets import IssueFilterSet, openapi_parameters
+from issues.filtersets import ActivityFilterSet, IssueFilterSet, openapi_parameters
 from issues.services import issues as issue_services
 from issues.services import labels as label_services
 
 from . import serializers as s
 from .issue_extra_serializers import (ChildIssueCreateSerializer, HeartbeatContextSerializer, LabelCreateSerializer,
                                       LabelSerializer)
+from .org_serializers import ActivityEntrySerializer
 from .views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, TASKS_ASSIGN_NOTE, issue_write_result, parse
+from .wake import IssueRunSerializer
 
+ISSUE_ACTIVITY_FILTERS = [p for p in openapi_parameters(ActivityFilterSet) if p.name not in ("entityType", "entityId")]
 CHILD_FILTERS = [p for p in openapi_parameters(IssueFilterSet) if p.name not in ("parentId", "parentIssueId")]
+
+
+class IssueActivityView(APIView):
+    @extend_schema(parameters=[*ISSUE_ACTIVITY_FILTERS, *LIST_PARAMS],
+                   responses={200: ActivityEntrySerializer(many=True), **ERRORS}, operation_id="issues_activity_list",
+                   description="The audit rows about the issue (status changes, checkouts, comments, documents, "
+                               "attachments), newest first.")
+    def get(self, request, issue_id):
+        issue = selectors.issue_row(actor=actor_from_request(request), pk=issue_id)
+        return Response(ActivityEntrySerializer(selectors.issue_activity(issue=issue, params=request.query_params),
+                                                many=True).data)
+
+
+class IssueRunsView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("limit", {"type": "integer", "minimum": 1,
+                                                          "maximum": selectors.RUN_LIST_MAX_LIMIT},
+                                                description=f"How many (default {selectors.RUN_LIST_DEFAULT_LIMIT}).")],
+                   responses={200: IssueRunSerializer(many=True), **ERRORS}, operation_id="issues_runs_list",
+                   description="The runs woken for the issue and the runs that wrote to it, newest first.")
+    def get(self, request, issue_id):
+        issue = selectors.issue_row(actor=actor_from_request(request), pk=issue_id)
+        return Response(IssueRunSerializer(selectors.issue_runs(issue=issue, params=request.query_params),
+                                           many=True).data)
 
 
 class IssueChildrenView(APIView):

@@ -8,6 +8,8 @@ urlpatterns = [
     path("issues", issue_extras.IssuesWithoutCompanyView.as_view(), name="issues-without-company"),
     path("issues/<str:issue_id>/comments/<str:comment_id>", issue_extras.IssueCommentDetailView.as_view(),
          name="issue-comment-detail"),
+    path("issues/<str:issue_id>/activity", issue_extras.IssueActivityView.as_view(), name="issue-activity"),
+    path("issues/<str:issue_id>/runs", issue_extras.IssueRunsView.as_view(), name="issue-runs"),
     path("issues/<str:issue_id>/children", issue_extras.IssueChildrenView.as_view(), name="issue-children"),
     path("issues/<str:issue_id>/heartbeat-context", issue_extras.IssueHeartbeatContextView.as_view(),
          name="issue-heartbeat-context"),

@@ -88,6 +88,13 @@ class RunListItemSerializer(RunSerializer):
                                                                             else [])
 
 
+class IssueRunSerializer(RunListItemSerializer):
+    """A run in an issue's run list, with upstream's ``runId`` and ``adapterType`` beside ``id``."""
+
+    runId = serializers.UUIDField(source="id")
+    adapterType = serializers.CharField(source="adapter_type")
+
+
 # Upstream's triggerDetail (manual|ping|callback|system) from our invocation source: an on-demand
 # wake is someone asking (manual); timers, assignments and automations are the system's own; a
 # connector wake answers an outside event (callback). ``ping`` has no source of ours.
