@@ -1,13 +1,17 @@
 """DELETE /api/agents/{id} (upstream's purge, board only): the agent goes with its runs, wakes and
-keys while its issues stay; refused while case handoffs name the agent (their history is kept:
-terminate it instead, the handoffs go on naming it) or while it has a live run; deleting the whole
-company still removes the case history with the agents."""
+keys while its issues stay; refused while kept history names the agent (case handoffs, and the
+comments, attachments and document revisions it wrote: terminate it instead, the history goes on
+naming it) or while it has a live run; deleting the whole company still removes that history with
+the agents."""
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from cases.models import Case, CaseEvent, CaseHandoff
-from issues.models import ActivityLog, Agent, AgentApiKey, Company, HeartbeatRun, Issue
+from issues.actors import Actor
+from issues.models import ActivityLog, Agent, AgentApiKey, Comment, Company, DocumentRevision, HeartbeatRun, Issue
+from issues.services.thread import comment_create, document_write
+from tests.attachment_files import a_file
 from tests.factories import AgentFactory, CompanyFactory, IssueFactory, RunFactory
 from tests.test_case_handoffs import finish, handoff, kickoff, start_work
 from tests.test_errors import assert_error
@@ -122,3 +126,48 @@ def test_company_deletion_removes_case_history_with_its_agents(board_client, cas
 
     for model in (CaseHandoff, CaseEvent, Case, Agent, Issue):
         assert not model.objects.exists(), model
+
+
+def test_purge_is_refused_while_the_agent_is_named_as_a_writer_and_nothing_is_lost(board_client, company,
+                                                                                      make_agent_client):
+    writer = make_agent_client(AgentFactory(company=company, name="writer"))
+    task = IssueFactory(company=company)
+    assert writer.post(f"/api/issues/{task.pk}/comments", {"body": "Root cause found"}, format="json").status_code == 201
+    upload = writer.post(f"/api/companies/{company.pk}/issues/{task.pk}/attachments",
+                         {"file": a_file("trace.txt", b"boom", "text/plain")}, format="multipart")
+    assert upload.status_code == 201, upload.content
+    document_write(actor=Actor(agent=writer.agent, run_header=str(writer.run.pk)), issue=task, key="plan", body="1. Fix")
+    writer.run.status, writer.run.finished_at = "succeeded", timezone.now()
+    writer.run.save()
+
+    error = assert_error(purge(board_client, writer.agent), 409, "agent_delete_restricted")
+
+    assert error["details"]["agentId"] == str(writer.agent.pk)
+    assert set(error["details"]["referencedBy"]) == {"comment", "attachment", "document revision"}
+    assert Agent.objects.filter(pk=writer.agent.pk).exists() and HeartbeatRun.objects.filter(pk=writer.run.pk).exists()
+    assert Comment.objects.get(issue=task).author_agent_id == writer.agent.pk
+    assert not ActivityLog.objects.filter(action="agent.deleted").exists()
+    # Terminating is the way out; what it wrote stays attributed to it.
+    assert board_client.post(f"/api/agents/{writer.agent.pk}/terminate").status_code == 200
+    assert_error(purge(board_client, writer.agent), 409, "agent_delete_restricted")
+    assert DocumentRevision.objects.get(document__issue=task).author_agent_id == writer.agent.pk
+
+
+def test_company_deletion_removes_what_its_agents_wrote_with_them(company):
+    writer = AgentFactory(company=company)
+    task = IssueFactory(company=company)
+    comment_create(actor=Actor(agent=writer), issue=task, body="done")
+    document_write(actor=Actor(agent=writer), issue=task, key="plan", body="1. Fix")
+
+    Company.objects.get(pk=company.pk).delete()
+    connection.check_constraints()
+
+    assert not Comment.objects.exists() and not DocumentRevision.objects.exists() and not Agent.objects.exists()
+
+
+def test_a_revision_written_as_an_agent_must_name_it(company):
+    writer = AgentFactory(company=company)
+    revision = document_write(actor=Actor(agent=writer), issue=IssueFactory(company=company), key="plan", body="x")
+    for change in ({"author_agent": None}, {"author_type": "ghost"}):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            DocumentRevision.objects.filter(pk=revision.pk).update(**change)

@@ -15,7 +15,11 @@ class Authored(models.Model):
     a board user, or the host (``system``)."""
 
     author_type = models.CharField(max_length=16, choices=AuthorType.choices)
-    author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # RESTRICT: what an agent wrote stays attributed to it, so purging an agent that wrote here is
+    # refused (issues.services.agents.agent_delete: terminate it instead); the company's deletion
+    # still removes both.
+    author_agent = models.ForeignKey("issues.Agent", null=True, blank=True, on_delete=models.RESTRICT,
+                                     related_name="+")
     author_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -109,6 +113,7 @@ class DocumentRevision(UUIDModel, Authored):
         ordering = ["document", "number"]
         constraints = [
             models.UniqueConstraint(fields=["document", "number"], name="document_revision_number_unique"),
+            *Authored.author_constraints("document_revision"),
         ]
 
 

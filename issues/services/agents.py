@@ -302,9 +302,10 @@ def agent_terminate(*, actor: Actor, agent: Agent) -> Agent:
 
 def agent_delete(*, actor: Actor, agent: Agent) -> None:
     """Board only: purge the agent with its runs, wakes, keys and cost events; issues it was
-    assigned or created keep their rows (unassigned). Refused (409) while another app's retained
-    history names the agent (``events.agent_purging_atomic``: case handoffs, terminate it instead)
-    and while it has a live run (stop it, or terminate the agent, first)."""
+    assigned or created keep their rows (unassigned). Refused (409) while retained history names
+    the agent: what it wrote (comments, attachments, document revisions: RESTRICT) and another
+    app's (``events.agent_purging_atomic``: case handoffs); terminate it instead. Also refused while
+    it has a live run (stop it, or terminate the agent, first)."""
     ensure_board(actor)
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
@@ -322,7 +323,8 @@ def agent_delete(*, actor: Actor, agent: Agent) -> None:
                 agent.delete()
         except RestrictedError as exc:  # a reference no receiver named: the database rule still holds
             kinds = sorted({obj._meta.verbose_name for obj in exc.restricted_objects})
-            raise Conflict("The agent is still referenced elsewhere.", code="agent_delete_restricted",
+            raise Conflict("The agent is named by history that is kept (what it wrote); terminate it instead.",
+                           code="agent_delete_restricted",
                            details={"agentId": str(agent.pk), "referencedBy": kinds}) from None
 
 
