@@ -128,15 +128,17 @@ def test_company_deletion_removes_case_history_with_its_agents(board_client, cas
         assert not model.objects.exists(), model
 
 
-def test_purge_is_refused_while_the_agent_is_named_as_a_writer_and_nothing_is_lost(board_client, company,
-                                                                                      make_agent_client):
+def test_purge_is_refused_while_the_agent_is_named_as_a_writer_and_nothing_is_lost(
+        board_client, company, make_agent_client):
     writer = make_agent_client(AgentFactory(company=company, name="writer"))
     task = IssueFactory(company=company)
-    assert writer.post(f"/api/issues/{task.pk}/comments", {"body": "Root cause found"}, format="json").status_code == 201
+    commented = writer.post(f"/api/issues/{task.pk}/comments", {"body": "Root cause found"}, format="json")
+    assert commented.status_code == 201, commented.content
     upload = writer.post(f"/api/companies/{company.pk}/issues/{task.pk}/attachments",
                          {"file": a_file("trace.txt", b"boom", "text/plain")}, format="multipart")
     assert upload.status_code == 201, upload.content
-    document_write(actor=Actor(agent=writer.agent, run_header=str(writer.run.pk)), issue=task, key="plan", body="1. Fix")
+    document_write(actor=Actor(agent=writer.agent, run_header=str(writer.run.pk)), issue=task, key="plan",
+                   body="1. Fix")
     writer.run.status, writer.run.finished_at = "succeeded", timezone.now()
     writer.run.save()
 

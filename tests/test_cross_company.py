@@ -97,6 +97,7 @@ def build_company(prefix):
                        assignee_agent=agent, checkout_run=run, execution_run=run,
                        execution_locked_at=timezone.now(), started_at=timezone.now())
     revision = document_write(actor=SYSTEM, issue=issue, key="plan", body=f"{prefix} plan v1", title="Plan")
+    document_write(actor=SYSTEM, issue=issue, key="notes", body=f"{prefix} notes")  # no interaction holds it
     comment = comment_create(actor=SYSTEM, issue=issue, body=f"{prefix} comment")
     interaction = interaction_create(actor=SYSTEM, issue=issue, kind=InteractionKind.REQUEST_CONFIRMATION,
                                      title=f"{prefix} confirm the plan", document_key="plan")
@@ -308,6 +309,9 @@ def issue_path_cases():
             Case(f"document-put[{by}]", "issue-document", "PUT",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan",
                                       {"body": "overwritten", "baseRevisionId": s(t.revision)})),
+            Case(f"document-delete[{by}]", "issue-document", "DELETE",
+                 lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/notes", None),
+                 control_status=(("agent", 403),)),
             Case(f"document-revisions[{by}]", "issue-document-revisions", "GET",
                  lambda o, t, by=by: (f"/api/issues/{ref(t.issue, by)}/documents/plan/revisions", None)),
             Case(f"document-restore[{by}]", "issue-document-restore", "POST",

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
 from issues.models import (ActivityLog, Agent, Approval, ApprovalComment, ApprovalIssue, Attachment, BoardApiKey,
-                           Comment, Company, CostEvent, Issue, Label)
+                           Comment, Company, CostEvent, Document, Issue, Label)
 from issues.services.attachments import attachment_create
 from issues.services.companies import agent_api_key_create
 from issues.services.thread import document_write
@@ -693,6 +693,9 @@ CASES = [
          invalid=(({"format": "markdown"}, "body"),)),
     Case("issues_documents_restore", "POST", "/issues/{issue}/documents/plan/revisions/{plan_v1}/restore",
          both(200), DOCUMENT, check=lambda b, w, c: b["latestRevisionNumber"] == 2 or pytest.fail(str(b))),
+    Case("issues_documents_delete", "DELETE", "/issues/{issue}/documents/plan", board_only(200), {"ok": is_bool},
+         check=lambda b, w, c: not Document.objects.filter(issue_id=w.ids["issue"], key="plan").exists()
+         or pytest.fail("still there")),
     Case("issues_admin_force_release", "POST", "/issues/{issue}/admin/force-release", board_only(200),
          {"issue": lambda v: not problems(v, ISSUE), "previous": is_dict}, query={"clearAssignee": "false"}),
     Case("issues_documents_revisions", "GET", "/issues/{issue}/documents/plan/revisions", both(200),

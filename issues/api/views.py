@@ -28,7 +28,7 @@ from issues.services.lookups import company_object
 from . import serializers as s
 from .representation import represent, validated
 from .org_serializers import CompanyCreateSerializer, CompanySerializer
-from .agent_serializers import AgentMeSerializer
+from .agent_serializers import AgentMeSerializer, OkSerializer
 from .issue_extra_serializers import IssueUpdateResultSerializer
 
 ERRORS = {code: s.ErrorSerializer for code in (400, 401, 403, 404, 409, 422)}
@@ -251,6 +251,14 @@ class IssueDocumentView(APIView):
         document = selectors.document_get(issue=issue, key=key)
         code = status.HTTP_201_CREATED if revision.number == 1 else status.HTTP_200_OK
         return Response(s.DocumentSerializer(document).data, status=code)
+
+    @extend_schema(request=None, responses={200: OkSerializer, **ERRORS}, operation_id="issues_documents_delete",
+                   description="Board only: deletes the document with all its revisions (`{ok: true}`). 409 "
+                               "`document_delete_restricted` while an interaction is bound to one of its revisions.")
+    def delete(self, request, issue_id, key):
+        actor = actor_from_request(request)
+        thread_services.document_delete(actor=actor, issue=selectors.issue_row(actor=actor, pk=issue_id), key=key)
+        return Response(OkSerializer({"ok": True}).data)
 
 
 class IssueDocumentRevisionsView(APIView):

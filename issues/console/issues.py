@@ -27,7 +27,7 @@ from issues.selectors import (
 from issues.services.attachments import attachment_create, attachment_delete
 from issues.services.checkout import issue_force_release
 from issues.services.issues import issue_update
-from issues.services.thread import comment_create, interaction_respond
+from issues.services.thread import comment_create, document_delete, interaction_respond
 from paperclip.core.uploads import max_upload_bytes, one_uploaded_file
 
 from .base import adopt_company, perform, render_page
@@ -249,3 +249,14 @@ def document_detail(request, ref, key):
         "shown": shown, "diff": diff, "from_number": from_number, "to_number": to_number,
     }
     return render_page(request, "console/issues/document.html", "console/issues/_diff.html", context)
+
+
+@console_action
+def document_remove(request, ref, key):
+    """Delete a document with all its revisions through ``document_delete`` (confirmed in the page
+    first); a refusal (an interaction bound to it) is flashed on the issue page like the success."""
+    issue = _issue(request, ref)
+    require_role(request, issue.company_id, ACT_ON_WORK)
+    return perform(request, lambda: document_delete(actor=console_actor(request), issue=issue, key=key),
+                   success=f"Deleted the document “{key.lower()}” and its revisions.",
+                   redirect_to=issue_url(issue) + "#documents")

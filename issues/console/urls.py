@@ -11,6 +11,7 @@ urlpatterns = [
     path("issues/<str:ref>/force-release/", issues.issue_force_release_view, name="issue-force-release"),
     path("issues/<str:ref>/comments/", issues.comment_add, name="issue-comment"),
     path("issues/<str:ref>/documents/<str:key>/", issues.document_detail, name="issue-document"),
+    path("issues/<str:ref>/documents/<str:key>/delete/", issues.document_remove, name="issue-document-delete"),
     path("issues/<str:ref>/attachments/", issues.attachment_upload, name="issue-attachment-upload"),
     path("attachments/<uuid:attachment_id>/delete/", issues.attachment_remove, name="attachment-delete"),
     path("interactions/<uuid:interaction_id>/respond/", issues.interaction_answer, name="interaction-respond"),

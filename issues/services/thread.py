@@ -202,6 +202,35 @@ def document_restore(*, actor: Actor, issue: Issue, key: str, revision_id) -> Do
     return revision
 
 
+def document_delete(*, actor: Actor, issue: Issue, key: str) -> None:
+    """Upstream's ``DELETE /issues/{id}/documents/{key}`` (board only): the document and all its
+    revisions, audited as ``issue.document_deleted``. Refused (409, nothing deleted) while a board
+    interaction is bound to one of its revisions (they protect what was asked about); a case
+    handoff's captured revision link is cleared, as when the whole issue is deleted."""
+    from django.db.models import ProtectedError
+
+    if not actor.is_board:
+        raise Forbidden("Board access required", code="board_only")
+    key = (key or "").lower()
+    with transaction.atomic():
+        issue = lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
+        document = Document.objects.select_for_update(of=("self",)).filter(issue=issue, key=key).first()
+        if document is None:
+            raise NotFound("Document not found.")
+        activity_record(actor=actor, company_id=issue.company_id, action="issue.document_deleted",
+                        entity_type="issue", entity_id=issue.pk,
+                        details={"key": key, "documentId": str(document.pk), "title": document.title,
+                                 "revisionCount": document.revision_count})
+        try:
+            with transaction.atomic():
+                document.delete()
+        except ProtectedError as exc:
+            interactions = sorted(str(obj.pk) for obj in exc.protected_objects)
+            raise Conflict("Interactions are bound to this document's revisions; resolve or delete them first.",
+                           code="document_delete_restricted",
+                           details={"key": [key], "interactionIds": interactions}) from None
+
+
 def interaction_create(*, actor: Actor, issue: Issue, kind: str, title: str, body: str = "",
                        payload: dict | None = None, document_key: str | None = None,
                        document_revision_id=None) -> Interaction:
