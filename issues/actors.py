@@ -77,6 +77,12 @@ class Actor:
         except (Company.DoesNotExist, ValueError):
             raise NotFound("Company not found.")
 
+    def ensure_board(self, message: str = "Board access required") -> None:
+        """Board-only operations (upstream's ``assertBoard``): an agent gets the 403 ``board_only``;
+        board users pass (their role is checked by ensure_can_write), and so does the host."""
+        if self.is_agent or not (self.is_board or self.system):
+            raise Forbidden(message, code="board_only")
+
     def ensure_can_write(self, company_id):
         if self.is_board and self.roles.get(company_id) not in WRITE_ROLES:
             raise Forbidden("Your role in this company is read-only.", code="read_only_role")

@@ -35,8 +35,7 @@ ADMIN_ROLES = (MemberRole.OWNER, MemberRole.ADMIN)
 
 
 def require_board(actor: Actor):
-    if actor.is_agent:
-        raise Forbidden("Connector administration is for board users.", code="board_only")
+    actor.ensure_board("Connector administration is for board users.")
 
 
 def require_admin(actor: Actor, company_id):

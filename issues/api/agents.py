@@ -201,7 +201,7 @@ class AgentKeysView(APIView):
     def get(self, request, agent_id):
         actor = actor_from_request(request)
         agent = selectors.agent_get(actor=actor, pk=agent_id)  # another company's agent: 404 for everyone
-        agent_services.ensure_board(actor)
+        actor.ensure_board()
         return Response(a.AgentKeySerializer(selectors.agent_key_list(agent=agent, params=request.query_params),
                                              many=True).data)
 

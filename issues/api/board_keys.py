@@ -15,7 +15,6 @@ from issues import selectors
 from issues.actors import actor_from_request
 from issues.exceptions import InvalidInput
 from issues.services import board_keys as board_key_services
-from issues.services.agents import ensure_board
 
 from .serializers import IdField, StrictSerializer
 from .views import ERRORS, LIST_PARAMS, parse
@@ -76,7 +75,7 @@ class BoardApiKeysView(APIView):
                    responses={200: BoardApiKeySerializer(many=True), **ERRORS}, operation_id="board_api_keys_list")
     def get(self, request):
         actor = actor_from_request(request)
-        ensure_board(actor)
+        actor.ensure_board()
         keys = selectors.board_key_list(user=actor.user, params=request.query_params)
         return Response(BoardApiKeySerializer(keys, many=True).data)
 
@@ -84,7 +83,7 @@ class BoardApiKeysView(APIView):
                    operation_id="board_api_keys_create")
     def post(self, request):
         actor = actor_from_request(request)
-        ensure_board(actor)
+        actor.ensure_board()
         data = parse(BoardApiKeyCreateSerializer, request)
         expires_at = board_key_services.DEFAULT_EXPIRY
         if "expiresInDays" in data:

@@ -392,8 +392,7 @@ class CompanyListView(APIView):
         from issues.models import Company
 
         actor = actor_from_request(request)
-        if not actor.is_board:
-            raise Forbidden("Board access required", code="board_only")
+        actor.ensure_board()
         return Response(CompanySerializer(Company.objects.filter(pk__in=actor.company_ids), many=True).data)
 
     @extend_schema(request=CompanyCreateSerializer, responses={201: CompanySerializer, **ERRORS},

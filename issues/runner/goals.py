@@ -17,7 +17,7 @@ from django.db import transaction
 
 from issues.actors import Actor
 from issues.choices import LIVE_RUN_STATUSES
-from issues.exceptions import Conflict, Forbidden, InvalidInput
+from issues.exceptions import Conflict, InvalidInput
 from issues.models import HeartbeatRun, RunnerCommand, RunnerSession
 from issues.services.activity import activity_record
 
@@ -113,8 +113,7 @@ def _check(command_type: str, payload: dict, version: int):
 def goal_action(*, actor: Actor, run: HeartbeatRun, action: str, objective=None, token_budget=None) -> RunnerCommand:
     """Send one goal action of the board to the run's runner: a durable command, audited, in the
     run log. Refused unless the negotiated capability advertises it."""
-    if not actor.is_board:
-        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_board()
     actor.ensure_can_write(run.company_id)
     if action not in ACTIONS:
         raise InvalidInput(details={"action": [f"Must be one of {', '.join(ACTIONS)}."]})

@@ -12,13 +12,12 @@ from issues.actors import Actor
 from issues.models import Agent
 
 from .activity import activity_record
-from .costs import require_board
 from .lookups import company_object
 
 
 def activity_report(*, actor: Actor, company, action: str, entity_type: str, entity_id: str, details: dict,
                     actor_type: str = "system", actor_id: str = "", agent_id=None):
-    require_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(company.pk)
     agent = company_object(Agent, company.pk, agent_id, "agentId")
     details = dict(details or {})

@@ -40,11 +40,6 @@ def _locked(agent: Agent) -> Agent:
     return Agent.objects.select_for_update().get(pk=agent.pk)
 
 
-def ensure_board(actor: Actor) -> None:
-    if actor.is_agent:
-        raise Forbidden("Board access required", code="board_only")
-
-
 def ensure_agent(actor: Actor) -> None:
     """The agent's own routes (``/agents/me…``): a board credential is not an agent (upstream's 401)."""
     if not actor.is_agent:
@@ -68,7 +63,7 @@ def _stop_live_runs(actor: Actor, runs: list[HeartbeatRun], reason: str) -> None
 def agent_pause(*, actor: Actor, agent: Agent, reason: str = "", stop_runs: bool = False) -> Agent:
     """Stop new runs of the agent (wakes are skipped, queued runs are cancelled when claimed).
     ``stop_runs`` (the API, as upstream) also cancels its live runs now, even when already paused."""
-    ensure_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(agent.company_id)
     if reason in RESERVED_PAUSE_REASONS:
         raise InvalidInput(details={"reason": [f"'{reason}' is a reason the host sets; describe the board's own."]})
@@ -98,7 +93,7 @@ def agent_pause(*, actor: Actor, agent: Agent, reason: str = "", stop_runs: bool
 def agent_resume(*, actor: Actor, agent: Agent, strict: bool = True) -> Agent:
     """Back to idle. ``strict`` (the console): only a paused agent. Otherwise (the API, as upstream)
     an agent in error is resumed too, an active one is returned unchanged; a terminated one is a 409."""
-    ensure_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
         agent = _locked(agent)
@@ -204,7 +199,7 @@ def agent_update(*, actor: Actor, agent: Agent, changes: dict) -> Agent:
     """Board only: a partial update with upstream field names (``AGENT_FIELDS`` and ``status``).
     Setting ``paused`` pauses as ``/pause`` does (live runs stopped); ``terminated`` only through
     ``/terminate``; ``running`` is the host's. One ``agent.updated`` row (and ``agent.budget_updated``)."""
-    ensure_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(agent.company_id)
     status = changes.get("status")
     if status is not None and status not in PATCH_STATUSES:
@@ -266,7 +261,7 @@ def agent_update(*, actor: Actor, agent: Agent, changes: dict) -> Agent:
 
 def agent_permissions_update(*, actor: Actor, agent: Agent, values: dict) -> Agent:
     """Board only: set ``canCreateAgents`` / ``canAssignTasks`` (the flags not given stay)."""
-    ensure_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
         agent = _locked(agent)
@@ -283,7 +278,7 @@ def agent_permissions_update(*, actor: Actor, agent: Agent, values: dict) -> Age
 def agent_terminate(*, actor: Actor, agent: Agent) -> Agent:
     """Board only, final: the agent never runs again, every key is revoked (its requests are 401),
     its live runs are cancelled. Terminating a terminated agent changes nothing."""
-    ensure_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
         live = _lock_live_runs(agent)
@@ -306,7 +301,7 @@ def agent_delete(*, actor: Actor, agent: Agent) -> None:
     the agent: what it wrote (comments, attachments, document revisions: RESTRICT) and another
     app's (``events.agent_purging_atomic``: case handoffs); terminate it instead. Also refused while
     it has a live run (stop it, or terminate the agent, first)."""
-    ensure_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(agent.company_id)
     with transaction.atomic():
         live = _lock_live_runs(agent)
@@ -346,7 +341,7 @@ def agent_key_revoke(*, actor: Actor, agent: Agent, key_id) -> AgentApiKey:
         key = AgentApiKey.objects.select_for_update().filter(agent=agent, run__isnull=True, pk=key_id).first()
         if key is None:  # before the board check: another company's key is a 404 for every caller
             raise NotFound("Key not found")
-        ensure_board(actor)
+        actor.ensure_board()
         actor.ensure_can_write(agent.company_id)
         if key.revoked_at is None:
             key.revoked_at = timezone.now()

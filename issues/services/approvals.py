@@ -91,8 +91,7 @@ def approval_decide(*, actor: Actor, approval: Approval, status: str, note: str 
     """A board user approves, rejects or asks for a revision; the requesting agent is woken."""
     if status not in DECISIONS:
         raise InvalidInput(details={"status": [f"Must be one of {', '.join(DECISIONS)}."]})
-    if not actor.is_board:
-        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_board()
     actor.ensure_can_write(approval.company_id)
     note = note or ""
     if len(note) > NOTE_MAX:

@@ -22,7 +22,6 @@ from issues.models import BoardApiKey
 from issues.models.agent import hash_key
 
 from .activity import activity_record
-from .agents import ensure_board
 
 DEFAULT_LIFETIME = timedelta(days=30)
 PREFIX_CHARS = 18  # "pcp_board_" and 8 characters of the secret: enough to recognise a key
@@ -39,7 +38,7 @@ def _audit(actor: Actor, key: BoardApiKey, action: str):
 
 def _ensure_own(actor: Actor, user):
     """Board users manage their own keys; the host (``manage.py board_key_create``) anyone's."""
-    ensure_board(actor)
+    actor.ensure_board()
     if not actor.system and actor.user.pk != user.pk:
         raise Forbidden("Board users manage only their own API keys.", code="not_your_key")
 
@@ -67,7 +66,7 @@ def board_key_of(*, actor: Actor, key_id) -> BoardApiKey:
     inside is the board-only 403."""
     if actor.is_agent:
         if BoardApiKey.objects.filter(pk=key_id, user__memberships__company_id=actor.agent.company_id).exists():
-            ensure_board(actor)
+            actor.ensure_board()
         raise NotFound("Board API key not found")
     key = BoardApiKey.objects.select_related("user").filter(pk=key_id, user_id=actor.user.pk).first()
     if key is None:

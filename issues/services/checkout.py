@@ -325,8 +325,7 @@ def issue_force_release(*, actor: Actor, issue: Issue, clear_assignee: bool = Fa
     ``clear_assignee`` (an in-progress issue then goes back to ``todo``: in progress needs an
     owner). Returns the issue and the lock it held ({checkoutRunId, executionRunId}); always
     audited (``issue.admin_force_release``)."""
-    if not actor.is_board:
-        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_board()
     actor.ensure_can_write(issue.company_id)
     with transaction.atomic():
         issue = Issue.objects.select_for_update().get(pk=issue.pk)

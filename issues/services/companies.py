@@ -11,7 +11,7 @@ from issues.models import Agent, AgentApiKey, Company, Membership
 from issues.models.agent import hash_key
 
 from .activity import activity_record
-from .agents import adapter_config_validate, ensure_board, ensure_can_create_agents, runtime_config_validate
+from .agents import adapter_config_validate, ensure_can_create_agents, runtime_config_validate
 from .company_stop import company_for_stop, company_stop_reason
 from .host_commands import adapter_command_check
 
@@ -55,7 +55,7 @@ def company_found(*, actor: Actor, name: str, description: str = "", budget_mont
                   issue_prefix: str | None = None) -> Company:
     """``POST /api/companies`` (upstream: instance admins only): a new company whose creator becomes its
     owner. Without ``issue_prefix`` one is derived from the name (the first free candidate)."""
-    ensure_board(actor)
+    actor.ensure_board()
     if not getattr(actor.user, "is_staff", False):
         raise Forbidden("Instance admin required", code="instance_admin_required")
     name = (name or "").strip()
@@ -126,7 +126,7 @@ def agent_create(*, company: Company, name: str, role: str = AgentRole.GENERAL, 
 def agent_api_key_create(*, agent: Agent, name: str = "default", actor: Actor = SYSTEM) -> tuple[AgentApiKey, str]:
     """Returns the key row and the raw key; the raw key is shown once and never stored. Board users
     (with a write role) and the host mint keys; agents never do."""
-    ensure_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(agent.company_id)
     if agent.status == AgentStatus.TERMINATED:
         raise Conflict("A terminated agent gets no new keys.", code="agent_terminated")

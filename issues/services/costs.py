@@ -35,11 +35,6 @@ SUBSCRIPTION_BILLING = ("subscription_included", "subscription_overage")
 COMPANY_STATUSES = ("active", "paused", "archived")
 
 
-def require_board(actor: Actor):
-    if not actor.is_board:
-        raise Forbidden("Board access required", code="board_only")
-
-
 # --- the ledger -----------------------------------------------------------------------------------
 def spend_add(*, company_id, agent_id, cents: int, run=None) -> str | None:
     """Add ``cents`` to the agent's and the company's monthly spend (saturating at the column's
@@ -168,7 +163,7 @@ def agent_budget_set(*, actor: Actor, agent: Agent, budget_monthly_cents: int) -
 
 
 def company_budget_set(*, actor: Actor, company: Company, budget_monthly_cents: int) -> Company:
-    require_board(actor)
+    actor.ensure_board()
     actor.ensure_can_write(company.pk)
     return company_update(actor=actor, company=company, changes={"budgetMonthlyCents": budget_monthly_cents})
 
@@ -227,5 +222,5 @@ def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
 def company_archive(*, actor: Actor, company: Company) -> Company:
     """Board only (upstream's ``POST /companies/{id}/archive``): the status becomes archived, which
     stops the company's agents as any status change does."""
-    require_board(actor)
+    actor.ensure_board()
     return company_update(actor=actor, company=company, changes={"status": CompanyStatus.ARCHIVED})

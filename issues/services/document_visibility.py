@@ -12,13 +12,12 @@ from issues.exceptions import InvalidInput
 from issues.models import Document
 
 from .activity import activity_record
-from .costs import require_board
 
 MAX_REASON = 500
 
 
 def _locked_for_operator(actor: Actor, document: Document) -> Document:
-    require_board(actor)  # agents never decide what other agents may read
+    actor.ensure_board()  # agents never decide what other agents may read
     actor.ensure_can_write(document.company_id)
     return type(document).objects.select_for_update().get(pk=document.pk)
 

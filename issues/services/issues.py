@@ -538,8 +538,7 @@ def issue_delete(*, actor: Actor, issue: Issue) -> Issue:
     from issues.choices import LIVE_RUN_STATUSES
     from issues.models import HeartbeatRun, Interaction
 
-    if not actor.is_board:
-        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_board()
     actor.ensure_can_write(issue.company_id)
     with transaction.atomic():
         issue = Issue.objects.select_for_update().get(pk=issue.pk)

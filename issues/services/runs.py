@@ -273,8 +273,7 @@ def run_cancel(*, actor: Actor, run: HeartbeatRun, reason: str = "board_cancel")
     agent is paused or terminated). A queued run, or one without a process here, ends cancelled
     now; a running process is killed by its adapter, which polls the stop request, and the run
     then ends cancelled. An ended run is returned as it is."""
-    if actor.is_agent:
-        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_board()
     actor.ensure_can_write(run.company_id)
     with transaction.atomic():
         run = HeartbeatRun.objects.select_for_update().get(pk=run.pk)

@@ -209,8 +209,7 @@ def document_delete(*, actor: Actor, issue: Issue, key: str) -> None:
     handoff's captured revision link is cleared, as when the whole issue is deleted."""
     from django.db.models import ProtectedError
 
-    if not actor.is_board:
-        raise Forbidden("Board access required", code="board_only")
+    actor.ensure_board()
     key = (key or "").lower()
     with transaction.atomic():
         issue = lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
@@ -279,8 +278,7 @@ RESPONSES = {
 def interaction_respond(*, actor: Actor, interaction: Interaction, status: str, response: dict | None = None,
                         ) -> Interaction:
     """The board answers. A confirmation whose document moved on meanwhile expires instead."""
-    if not actor.is_board:
-        raise Forbidden("Only board users answer interactions.", code="board_only")
+    actor.ensure_board("Only board users answer interactions.")
     actor.ensure_can_write(interaction.company_id)
     allowed = RESPONSES[interaction.kind] + (InteractionStatus.CANCELLED,)
     if status not in allowed:
