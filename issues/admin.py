@@ -57,7 +57,7 @@ from issues.models import (
     WorkflowDocumentCache,
     WorkProduct,
 )
-from issues.models import ApprovalComment, Attachment, BoardApiKey, CostEvent, Label
+from issues.models import ApprovalComment, Asset, Attachment, BoardApiKey, CostEvent, Label
 from issues.services.agents import AGENT_FIELDS, adapter_config_validate, agent_key_revoke
 
 AUDIT_FIELDS = ("id", "created_at", "updated_at")
@@ -84,10 +84,12 @@ class CompanyAdmin(admin.ModelAdmin):
                     "spent_monthly_cents", "created_at")
     list_filter = ("status", "enable_cases", "require_board_approval_for_new_agents")
     search_fields = ("name", "issue_prefix")
-    readonly_fields = (*AUDIT_FIELDS, "issue_counter", "spent_monthly_cents")
+    # The logo is one of the company's own assets: chosen over the API or in the console, not here.
+    readonly_fields = (*AUDIT_FIELDS, "issue_counter", "spent_monthly_cents", "logo_asset")
     fieldsets = (
         (None, {"fields": ("name", "issue_prefix", "description", "status", "enable_cases",
                            "require_board_approval_for_new_agents")}),
+        ("Branding", {"fields": ("brand_color", "logo_asset")}),
         ("Budget", {"fields": ("budget_monthly_cents", "spent_monthly_cents")}),
         ("Audit", {"fields": (*AUDIT_FIELDS, "issue_counter")}),
     )
@@ -556,6 +558,18 @@ class AttachmentAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("content_type", "author_type", "company")
     search_fields = ("original_filename", "sha256", "issue__identifier")
     list_select_related = ("issue",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Asset)
+class AssetAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Company images (logos) are uploaded through the API or the console; here they are only looked at."""
+
+    list_display = ("original_filename", "company", "content_type", "byte_size", "created_at")
+    list_filter = ("content_type", "company")
+    search_fields = ("original_filename", "sha256")
 
     def has_delete_permission(self, request, obj=None):
         return False

@@ -84,10 +84,25 @@ def attachment_get(*, actor: Actor, pk) -> Attachment:
 
 def attachment_content(attachment: Attachment):
     """The stored bytes as an open file; bytes missing from storage are a 404 like a missing row."""
+    return _stored_bytes(attachment.object_key, "Attachment", "attachment_content_missing")
+
+
+def asset_get(*, actor: Actor, pk):
+    """One asset (a company logo) of the actor's companies; else a 404."""
+    from issues.models import Asset
+
+    return scoped_get(Asset.objects.all(), actor, pk, "Asset")
+
+
+def asset_content(asset):
+    return _stored_bytes(asset.object_key, "Asset", "asset_content_missing")
+
+
+def _stored_bytes(key: str, label: str, code: str):
     try:
-        return attachment_storage().open(attachment.object_key, "rb")
+        return attachment_storage().open(key, "rb")
     except FileNotFoundError:
-        raise NotFound("Attachment content not found", code="attachment_content_missing")
+        raise NotFound(f"{label} content not found", code=code)
 
 
 def walk_up(node, attr: str = "parent"):

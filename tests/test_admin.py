@@ -32,10 +32,11 @@ from issues.models import (
     WorkflowDocumentCache,
     WorkProduct,
 )
-from issues.models import ApprovalComment, Attachment, BoardApiKey, CostEvent, Label
+from issues.models import ApprovalComment, Asset, Attachment, BoardApiKey, CostEvent, Label
 from issues.models import RunnerCommand, RunnerEvent, RunnerSession, RunnerSource
 from issues.runner.commands import command_issue
 from issues.models.agent import hash_key
+from issues.services.assets import company_logo_upload
 from issues.services.attachments import attachment_create
 from issues.services.companies import agent_api_key_create
 from issues.services.issues import issue_create, relation_add
@@ -48,7 +49,7 @@ ALL_MODELS = [
     Company, Membership, Project, Goal, Agent, AgentApiKey, Issue, IssueRelation,
     Comment, Document, DocumentRevision, WorkProduct, Interaction, Approval, ApprovalIssue, HeartbeatRun,
     WakeupRequest, ActivityLog, RunEvent, ExecutionWorkspace, WorkflowDocumentCache, BoardApiKey, Label, CostEvent,
-    ApprovalComment, RunnerSession, RunnerSource, RunnerEvent, RunnerCommand, Attachment,
+    ApprovalComment, RunnerSession, RunnerSource, RunnerEvent, RunnerCommand, Attachment, Asset,
 ]
 
 
@@ -120,8 +121,10 @@ def world(db, admin_user):
     command = command_issue(session=session, command_type="run.prepare")
     attachment = attachment_create(actor=board, issue=issue, upload=SimpleUploadedFile(
         "hero.png", b"\x89PNG hero", content_type="image/png"), comment_id=comment.pk)
+    logo = company_logo_upload(actor=board, company=company, upload=SimpleUploadedFile(
+        "logo.png", b"\x89PNG logo", content_type="image/png"))
     return SimpleNamespace(run_event=run_event, session=session, source=source, runner_event=runner_event,
-        command=command, attachment=attachment, workspace=workspace, board_key=board_key, label=label, cost=cost,
+        command=command, attachment=attachment, logo=logo, workspace=workspace, board_key=board_key, label=label, cost=cost,
         approval_comment=approval_comment,
         workflow_cache=WorkflowDocumentCache.objects.get(project=project),
         company=company, membership=membership, project=project, goal=goal, agent=agent, key=key, raw_key=raw_key,
@@ -143,7 +146,7 @@ def objects_of(world):
         WorkflowDocumentCache: world.workflow_cache, BoardApiKey: world.board_key, Label: world.label,
         CostEvent: world.cost, ApprovalComment: world.approval_comment, RunnerSession: world.session,
         RunnerSource: world.source, RunnerEvent: world.runner_event, RunnerCommand: world.command,
-        Attachment: world.attachment,
+        Attachment: world.attachment, Asset: world.logo,
     }
 
 
@@ -277,13 +280,14 @@ def test_activity_log_is_read_only(admin_client, world):
 
 def test_revisions_and_runs_are_view_only(admin_client, world):
     for model, obj in ((DocumentRevision, world.revision), (HeartbeatRun, world.run), (WakeupRequest, world.wakeup),
-                       (Attachment, world.attachment)):
+                       (Attachment, world.attachment), (Asset, world.logo)):
         assert admin_client.get(admin_url(model, "add")).status_code == 403
         page = admin_client.get(admin_url(model, "change", obj.pk)).content.decode()
         assert 'name="_save"' not in page
     assert admin_client.get(admin_url(DocumentRevision, "delete", world.revision.pk)).status_code == 403
     # Files go through the API or the console, which audit the removal and take the stored bytes along.
     assert admin_client.get(admin_url(Attachment, "delete", world.attachment.pk)).status_code == 403
+    assert admin_client.get(admin_url(Asset, "delete", world.logo.pk)).status_code == 403
 
 
 def test_company_page_has_member_inline_and_fixed_prefix(admin_client, world):

@@ -36,6 +36,7 @@ from issues.models import (
     Agent,
     Approval,
     ApprovalIssue,
+    Asset,
     Attachment,
     BoardApiKey,
     Comment,
@@ -54,6 +55,7 @@ from issues.models import (
     WakeupRequest,
 )
 from issues.models.attachment import attachment_storage
+from issues.services.assets import company_logo_upload
 from issues.services.attachments import attachment_create
 from issues.services.board_keys import board_key_create
 from issues.services.companies import agent_api_key_create
@@ -119,8 +121,9 @@ def build_company(prefix):
     # under no run (the world's activity names no run: test_agent_mutation_with_other_companys_run_header...).
     attachment = attachment_create(actor=Actor(agent=agent), issue=issue,
                                    upload=png(f"{prefix.lower()}-screenshot.png"))
+    logo = company_logo_upload(actor=SYSTEM, company=company, upload=png(f"{prefix.lower()}-logo.png"))
     return SimpleNamespace(company=company, agent=agent, raw_key=raw_key, run=run, project=project, goal=goal,
-                           issue=issue, issue2=issue2, wip=wip, revision=revision, comment=comment,
+                           logo=logo, issue=issue, issue2=issue2, wip=wip, revision=revision, comment=comment,
                            interaction=interaction, approval=approval, case=case, case2=case2, workflow=workflow,
                            handoff=handoff, label=label, agent_key=agent_key, attachment=attachment)
 
@@ -141,7 +144,7 @@ def ghost_of(world):
     return SimpleNamespace(company=new(), agent=new(), run=new(), project=new(), goal=new(), issue=new(),
                            issue2=new(), wip=new(), revision=new(), comment=new(), interaction=new(),
                            approval=new(), case=new(), case2=new(), workflow=new(), handoff=new(), label=new(),
-                           board_key=new(), agent_key=new(), attachment=new())
+                           board_key=new(), agent_key=new(), attachment=new(), logo=new())
 
 
 def build_world():
@@ -179,7 +182,7 @@ def client_for(world, who):
 SNAPSHOT_MODELS = (Company, Agent, Membership, Project, Goal, Issue, IssueRelation, Comment, Document,
                    DocumentRevision, Interaction, Approval, ApprovalIssue, ActivityLog, HeartbeatRun, WakeupRequest,
                    CaseRecord, CaseIssueLink, CaseEvent, WorkflowDefinition, CaseHandoff, Label,
-                   BoardApiKey, CostEvent, Attachment)
+                   BoardApiKey, CostEvent, Attachment, Asset)
 
 
 def stored_files(folder=""):
@@ -688,6 +691,12 @@ CASES = [
     Case("company-patch", "company-detail", "PATCH",
          lambda o, t: (f"/api/companies/{s(t.company)}", {"name": "hijacked", "budgetMonthlyCents": 1}),
          control_status=(("agent", 403),)),
+    Case("company-patch-logoAssetId", "company-detail", "PATCH",  # my company, another company's image
+         lambda o, t: (f"/api/companies/{s(o.company)}", {"logoAssetId": s(t.logo)}),
+         control_status=(("agent", 403),)),
+    Case("company-logo-upload", "company-logo", "POST",
+         lambda o, t: (f"/api/companies/{s(t.company)}/logo", upload()), control_status=(("agent", 403),)),
+    Case("asset-content", "asset-content", "GET", lambda o, t: (f"/api/assets/{s(t.logo)}/content", None)),
     Case("company-dashboard", "company-dashboard", "GET",
          lambda o, t: (f"/api/companies/{s(t.company)}/dashboard", None)),
     Case("company-activity-list", "company-activity", "GET",

@@ -30,6 +30,7 @@ from django.utils import timezone
 from issues.actors import SYSTEM, Actor
 from issues.models import (ActivityLog, Agent, Approval, ApprovalComment, ApprovalIssue, Attachment, BoardApiKey,
                            Comment, Company, CostEvent, Document, Issue, Label)
+from issues.services.assets import company_logo_upload
 from issues.services.attachments import attachment_create
 from issues.services.companies import agent_api_key_create
 from issues.services.thread import document_write
@@ -253,7 +254,11 @@ ACTIVITY = {"id": lambda v: is_uuid(v) or is_int(v) or is_str(v), "companyId": i
             "details": n(is_dict), "createdAt": is_dt}
 COMPANY = {"id": is_uuid, "name": is_str, "description": n(is_str), "status": one_of(COMPANY_STATUS),
            "issuePrefix": is_str, "budgetMonthlyCents": is_int, "spentMonthlyCents": is_int,
-           "createdAt": is_dt, "updatedAt": is_dt}
+           "brandColor": n(is_str), "logoAssetId": n(is_uuid), "logoUrl": n(is_str), "createdAt": is_dt,
+           "updatedAt": is_dt}
+ASSET = {"assetId": is_uuid, "companyId": is_uuid, "contentType": is_str, "byteSize": is_int, "sha256": is_str,
+         "objectKey": is_str, "originalFilename": is_str, "createdByAgentId": n(is_uuid), "createdByUserId": n(is_int),
+         "contentPath": is_str, "createdAt": is_dt, "updatedAt": is_dt}
 BOARD_KEY = {"id": is_uuid, "name": is_str, "createdAt": is_dt, "expiresAt": n(is_dt), "lastUsedAt": n(is_dt),
              "revokedAt": n(is_dt)}
 AGENT_KEY = {"id": is_uuid, "name": is_str, "createdAt": is_dt, "lastUsedAt": n(is_dt), "revokedAt": n(is_dt)}
@@ -372,18 +377,20 @@ def build_world(live_server) -> World:
                                          requested_by_agent=o_agent)
     o_run = RunFactory(agent=o_agent, status="queued")
     o_shot = attachment_create(actor=SYSTEM, issue=o_issue, upload=png("theirs.png"))
+    logo, o_logo = (company_logo_upload(actor=SYSTEM, company=c, upload=png("logo.png")) for c in (company, other))
 
     ids = dict(company=company.pk, agent=me.pk, boss=boss.pk, rival=rival.pk, spare=spare.pk, issue=mine.pk,
                child=child.pk, loose=loose.pk, rivals=rivals.pk, comment=comment.pk, goal=goal.pk,
                spare_goal=spare_goal.pk, project=project.pk, label=label.pk, spare_label=spare_label.pk,
                approval=approval.pk, rev_approval=rev_approval.pk, run=run.pk, spare_run=spare_run.pk,
-               agent_key=me_key2.pk, board_key=spare_board_key["id"], plan_v1=plan_v1.pk, attachment=shot.pk)
+               agent_key=me_key2.pk, board_key=spare_board_key["id"], plan_v1=plan_v1.pk, attachment=shot.pk,
+               logo=logo.pk)
     foreign = dict(company=other.pk, agent=o_agent.pk, boss=o_agent.pk, rival=o_agent.pk, spare=o_agent.pk,
                    issue=o_issue.pk, child=o_issue.pk, loose=o_issue.pk, rivals=o_issue.pk, comment=o_comment.pk,
                    goal=o_goal.pk, spare_goal=o_goal.pk, project=o_project.pk, label=o_label.pk,
                    spare_label=o_label.pk, approval=o_approval.pk, rev_approval=o_approval.pk, run=o_run.pk,
                    spare_run=o_run.pk, agent_key=o_key.pk, board_key=other_board_key["id"], plan_v1=o_plan.pk,
-                   attachment=o_shot.pk)
+                   attachment=o_shot.pk, logo=o_logo.pk)
     return World(base=live_server.url, ids={k: str(v) for k, v in ids.items()},
                  foreign={k: str(v) for k, v in foreign.items()},
                  tokens={BOARD: board["token"], AGENT: me_token},
@@ -803,6 +810,15 @@ CASES = [
     Case("companies_update", "PATCH", "/companies/{company}", board_only(200), COMPANY,
          body={"budgetMonthlyCents": 10000, "description": "We make clips"},
          invalid=(({"budgetMonthlyCents": -1}, "budgetMonthlyCents"),), check=expect("budgetMonthlyCents", 10000)),
+    Case("companies_update_branding", "PATCH", "/companies/{company}", board_only(200), COMPANY,
+         body=lambda i: {"brandColor": "#336699", "logoAssetId": i["logo"]},
+         invalid=(({"brandColor": "blue"}, "brandColor"), ({"logoAssetId": "nope"}, "logoAssetId")),
+         check=lambda b, w, c: (b["brandColor"], b["logoUrl"]) == ("#336699", f"/api/assets/{w.ids['logo']}/content")
+         or pytest.fail(str(b))),
+    Case("companies_logo_upload", "POST", "/companies/{company}/logo", board_only(201), ASSET,
+         files={"file": ("logo.png", PNG, "image/png")},
+         check=lambda b, w, c: (b["contentType"], b["byteSize"]) == ("image/png", len(PNG)) or pytest.fail(str(b))),
+    Case("assets_content", "GET", "/assets/{logo}/content", both(200), raw("image/png"), check=attachment_bytes),
 ]
 
 

@@ -38,3 +38,24 @@ class AttachmentUploadSerializer(serializers.Serializer):
                                            "name when missing or application/octet-stream.")
     issueCommentId = serializers.UUIDField(required=False, allow_null=True,
                                            help_text="A comment of this issue the file belongs to.")
+
+
+class AssetSerializer(serializers.Serializer):
+    """A company asset (upstream's logo upload answer)."""
+    assetId = serializers.UUIDField(source="id")
+    companyId = serializers.UUIDField(source="company_id")
+    originalFilename = serializers.CharField(source="original_filename")
+    contentType = serializers.CharField(source="content_type")
+    byteSize = serializers.IntegerField(source="byte_size")
+    sha256 = serializers.CharField()
+    objectKey = serializers.CharField(source="object_key")
+    createdByAgentId = serializers.UUIDField(source="created_by_agent_id", allow_null=True)
+    createdByUserId = serializers.IntegerField(source="created_by_user_id", allow_null=True)
+    contentPath = serializers.CharField(source="content_path", help_text="GET it for the bytes.")
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+
+
+class LogoUploadSerializer(serializers.Serializer):
+    """multipart/form-data: one ``file``, a PNG, JPEG, GIF or WebP image."""
+    file = serializers.FileField(allow_empty_file=True, help_text="The image (one).")

@@ -1,6 +1,8 @@
-"""Issue attachments (upstream's core routes, ref §5 "Attachments"): upload, list, download, delete.
+"""Issue attachments (upstream's core routes, ref §5 "Attachments"): upload, list, download, delete;
+and the company logo's upload and bytes (upstream's assets, §5.9).
 
-The rules (who writes, limits, types, the bytes following the row) are in issues/services/attachments.py.
+The rules (who writes, limits, types, the bytes following the row) are in issues/services/attachments.py
+and issues/services/assets.py.
 """
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
@@ -13,11 +15,13 @@ from rest_framework.views import APIView
 from issues import selectors
 from issues.actors import actor_from_request
 from issues.models import Issue
+from issues.services import assets as asset_services
 from issues.services import attachments as attachment_services
 from paperclip.core.uploads import one_uploaded_file
 
 from .agent_serializers import OkSerializer
-from .attachment_serializers import AttachmentSerializer, AttachmentUploadSerializer
+from .attachment_serializers import (AssetSerializer, AttachmentSerializer, AttachmentUploadSerializer,
+                                     LogoUploadSerializer)
 from .representation import validated
 from .views import ERRORS, RUN_HEADER_PARAM
 
@@ -73,6 +77,17 @@ class AttachmentDetailView(APIView):
         return Response(OkSerializer({"ok": True}).data)
 
 
+def stored_file_response(stored, *, served_type: str, inline: bool, filename: str, byte_size: int, sha256: str):
+    """The bytes of an attachment or asset: sandboxed, never sniffed, revalidated by their hash."""
+    response = FileResponse(stored, content_type=served_type, as_attachment=not inline, filename=filename)
+    response["Content-Length"] = str(byte_size)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = CONTENT_CSP
+    response["Cache-Control"] = "private, no-cache"
+    response["ETag"] = f'"{sha256}"'
+    return response
+
+
 class AttachmentContentView(APIView):
     @extend_schema(responses={(200, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="The stored bytes."),
                               **ERRORS},
@@ -81,15 +96,42 @@ class AttachmentContentView(APIView):
                                "inline, anything else is a download; every answer is sandboxed (CSP) and nosniff.")
     def get(self, request, attachment_id):
         attachment = selectors.attachment_get(actor=actor_from_request(request), pk=attachment_id)
-        response = FileResponse(selectors.attachment_content(attachment), content_type=attachment.served_type,
-                                as_attachment=not attachment.shows_inline, filename=attachment.original_filename)
-        response["Content-Length"] = str(attachment.byte_size)
-        response["X-Content-Type-Options"] = "nosniff"
-        response["Content-Security-Policy"] = CONTENT_CSP
-        response["Cache-Control"] = "private, no-cache"
-        response["ETag"] = f'"{attachment.sha256}"'
-        return response
+        return stored_file_response(selectors.attachment_content(attachment), served_type=attachment.served_type,
+                                    inline=attachment.shows_inline, filename=attachment.original_filename,
+                                    byte_size=attachment.byte_size, sha256=attachment.sha256)
 
     def perform_content_negotiation(self, request, force=False):
         # The bytes bypass DRF's renderers; errors are JSON whatever the client accepts.
+        return super().perform_content_negotiation(request, force=True)
+
+
+class CompanyLogoUploadView(APIView):
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(request={"multipart/form-data": LogoUploadSerializer}, parameters=[RUN_HEADER_PARAM],
+                   responses={201: AssetSerializer, **ERRORS}, operation_id="companies_logo_upload",
+                   description="Stores one image (multipart field `file`: PNG, JPEG, GIF or WebP) as an asset of "
+                               "the company; `PATCH /companies/{id}` with its `logoAssetId` makes it the logo. Board "
+                               "users with a write role, or the company's CEO agent (other agents 403). 400 `Missing "
+                               "file field 'file'`; 422 `Image is empty`, `Unsupported image type: <type>` (SVG is "
+                               "not taken), `Attachment exceeds <N> bytes`.")
+    def post(self, request, company_id):
+        actor = actor_from_request(request)
+        company = actor.company(company_id)
+        asset = asset_services.company_logo_upload(actor=actor, company=company, upload=one_uploaded_file(request))
+        return Response(AssetSerializer(asset).data, status=status.HTTP_201_CREATED)
+
+
+class AssetContentView(APIView):
+    @extend_schema(responses={(200, "image/*"): OpenApiResponse(OpenApiTypes.BINARY, description="The image."),
+                              **ERRORS},
+                   operation_id="assets_content",
+                   description="An asset's bytes (a company logo: the company's `logoUrl`), inline, sandboxed and "
+                               "nosniff; members and agents of the company.")
+    def get(self, request, asset_id):
+        asset = selectors.asset_get(actor=actor_from_request(request), pk=asset_id)
+        return stored_file_response(selectors.asset_content(asset), served_type=asset.content_type, inline=True,
+                                    filename=asset.original_filename, byte_size=asset.byte_size, sha256=asset.sha256)
+
+    def perform_content_negotiation(self, request, force=False):
         return super().perform_content_negotiation(request, force=True)

@@ -320,13 +320,13 @@ class CompanySerializer(serializers.Serializer):
         return company.description or None
 
     def get_brandColor(self, company) -> str | None:
-        return None
+        return company.brand_color or None
 
     def get_logoAssetId(self, company) -> str | None:
-        return None
+        return str(company.logo_asset_id) if company.logo_asset_id else None
 
     def get_logoUrl(self, company) -> str | None:
-        return None
+        return f"/api/assets/{company.logo_asset_id}/content" if company.logo_asset_id else None
 
 
 class CompanyCreateSerializer(StrictSerializer):
@@ -347,6 +347,10 @@ class CompanyPatchSerializer(StrictSerializer):
     requireBoardApprovalForNewAgents = serializers.BooleanField(
         required=False, help_text="Board users: hires (POST /companies/{id}/agent-hires) wait as pending_approval "
                                   "until their hire_agent approval is approved.")
+    brandColor = serializers.CharField(required=False, allow_blank=True, allow_null=True, max_length=7,
+                                       help_text="#RRGGBB; null or empty clears it.")
+    logoAssetId = serializers.UUIDField(required=False, allow_null=True,
+                                        help_text="An asset of this company (POST /companies/{id}/logo); null clears.")
 
     def to_internal_value(self, data):
         if isinstance(data, dict) and "issuePrefix" in data:

@@ -17,6 +17,8 @@ urlpatterns = [
          attachments.IssueAttachmentUploadView.as_view(), name="issue-attachment-upload"),
     path("issues/<str:issue_id>/attachments", attachments.IssueAttachmentsView.as_view(), name="issue-attachments"),
     path("attachments/<str:attachment_id>", attachments.AttachmentDetailView.as_view(), name="attachment-detail"),
+    path("companies/<str:company_id>/logo", attachments.CompanyLogoUploadView.as_view(), name="company-logo"),
+    path("assets/<str:asset_id>/content", attachments.AssetContentView.as_view(), name="asset-content"),
     path("attachments/<str:attachment_id>/content", attachments.AttachmentContentView.as_view(),
          name="attachment-content"),
     path("companies/<str:company_id>/labels", issue_extras.CompanyLabelsView.as_view(), name="company-labels"),

@@ -1,6 +1,7 @@
 from .activity import ActivityLog
 from .agent import Agent, AgentApiKey
 from .approval import Approval, ApprovalIssue
+from .asset import Asset
 from .attachment import Attachment
 from .board_key import BoardApiKey
 from .company import Company, Goal, Membership, Project
@@ -18,6 +19,7 @@ __all__ = [
     "Approval",
     "ApprovalComment",
     "ApprovalIssue",
+    "Asset",
     "Attachment",
     "BoardApiKey",
     "Comment",

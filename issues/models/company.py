@@ -20,6 +20,9 @@ class Company(UUIDModel):
     require_board_approval_for_new_agents = models.BooleanField(
         default=False, help_text="A hire (POST /agent-hires) waits as pending_approval until a board user "
                                  "approves its hire_agent approval.")
+    # Branding (upstream's brandColor and logoAssetId): "#rrggbb" or empty; the logo is one of its assets.
+    brand_color = models.CharField(max_length=7, blank=True)
+    logo_asset = models.ForeignKey("issues.Asset", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         verbose_name_plural = "companies"
@@ -29,6 +32,8 @@ class Company(UUIDModel):
             models.CheckConstraint(
                 condition=models.Q(issue_prefix__regex=r"^[A-Z][A-Z0-9]{1,9}$"), name="company_prefix_format"
             ),
+            models.CheckConstraint(condition=models.Q(brand_color="") | models.Q(brand_color__regex=r"^#[0-9a-f]{6}$"),
+                                   name="company_brand_color_format"),
         ]
 
     def __str__(self):

@@ -7,14 +7,12 @@ and board users with write access; an agent deletes only what it uploaded.
 
 The bytes follow the row: written just before the row's transaction and removed again if it does
 not commit; removed once a deletion of the row commits, whatever deleted it (this service, an
-issue's deletion), by the ``post_delete`` receiver below. What a crash or a caller's rollback
-leaves behind, :func:`attachments_orphan_sweep` removes.
+issue's deletion), by the ``post_delete`` receiver below, which company assets (services.assets)
+share. What a crash or a caller's rollback leaves behind, :func:`attachments_orphan_sweep` removes.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
-import mimetypes
 import uuid
 from datetime import timedelta
 
@@ -25,17 +23,14 @@ from django.utils import timezone
 
 from issues.actors import Actor
 from issues.exceptions import Forbidden, NotFound, Unprocessable
-from issues.models import Attachment, Comment, Issue
+from issues.models import Asset, Attachment, Comment, Issue
 from issues.models.attachment import attachment_storage
-from paperclip.core.uploads import max_upload_bytes, too_large
+from paperclip.core.uploads import clean_filename, content_type_of, max_upload_bytes, sha256_of, too_large
 
 from .activity import activity_record
 from .thread import lock_for_write, revision_author
 
 logger = logging.getLogger(__name__)
-
-GENERIC_TYPE = "application/octet-stream"
-MAX_FILENAME = 255
 
 
 def type_allowed(content_type: str) -> bool:
@@ -43,25 +38,6 @@ def type_allowed(content_type: str) -> bool:
     family = content_type.split("/", 1)[0] + "/*"
     allowed = {t.strip().lower() for t in settings.PAPERCLIP["ATTACHMENT_ALLOWED_TYPES"]}
     return bool(allowed & {content_type, family, "*"})
-
-
-def content_type_of(declared: str | None, filename: str) -> str:
-    """The part's declared type without parameters, lower-cased; a missing or generic one is
-    guessed from the file name (curl and many clients send application/octet-stream)."""
-    declared = (declared or "").split(";", 1)[0].strip().lower()
-    if declared and declared != GENERIC_TYPE:
-        return declared
-    return (mimetypes.guess_type(filename, strict=False)[0] or GENERIC_TYPE).lower()
-
-
-def clean_filename(name: str | None) -> str:
-    """The name as shown back: its last path segment, without control characters, at most 255."""
-    name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if ch.isprintable()).strip()
-    if len(name) > MAX_FILENAME:  # keep the extension readers recognise the file by
-        stem, dot, ext = name.rpartition(".")
-        name = (stem[: MAX_FILENAME - len(ext) - 1] + dot + ext) if dot and len(ext) < 16 else name[:MAX_FILENAME]
-    return name or "upload"
 
 
 def _refuse(message: str, code: str, reason: str, **details):
@@ -83,19 +59,11 @@ def _checked(upload) -> tuple[str, str]:
     return filename, content_type
 
 
-def _sha256(upload) -> str:
-    digest = hashlib.sha256()
-    for chunk in upload.chunks():
-        digest.update(chunk)
-    upload.seek(0)
-    return digest.hexdigest()
-
-
 def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) -> Attachment:
     """Store ``upload`` (a Django UploadedFile) on ``issue``; ``comment_id`` ties it to one of the
     issue's comments (upstream's ``issueCommentId``). Audited as ``issue.attachment_added``."""
     filename, content_type = _checked(upload)
-    digest = _sha256(upload)
+    digest = sha256_of(upload)
     pk = uuid.uuid4()
     storage = attachment_storage()
     # Written before the issue is locked, so a slow write holds no lock (on SQLite, the database's);
@@ -157,7 +125,8 @@ def attachments_orphan_sweep(*, now=None, force: bool = False) -> int:
     _orphans_swept_at = now
     storage, removed = attachment_storage(), 0
     for keys in _stored_keys_by_company(storage):
-        keys -= set(Attachment.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
+        for model in (Attachment, Asset):
+            keys -= set(model.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
         for key in sorted(keys):
             if storage.get_modified_time(key) < now - ORPHAN_GRACE:
                 _remove_bytes(key)
@@ -166,16 +135,21 @@ def attachments_orphan_sweep(*, now=None, force: bool = False) -> int:
 
 
 def _stored_keys_by_company(storage):
-    """The stored keys (``<company>/issues/<issue>/<id>``, as attachment_create names them), one set
-    per company folder, so each company's rows are read in one query."""
+    """The stored keys (``<company>/issues/<issue>/<id>`` as attachment_create names them,
+    ``<company>/assets/<id>`` as assets.company_logo_upload does), one set per company folder, so
+    each company's rows are read in one query per model."""
     try:
         companies = storage.listdir("")[0]
-    except FileNotFoundError:  # nothing was ever attached
+    except FileNotFoundError:  # nothing was ever stored
         return
     for company in companies:
+        keys = set()
         if storage.exists(f"{company}/issues"):
-            yield {f"{company}/issues/{issue}/{name}" for issue in storage.listdir(f"{company}/issues")[0]
-                   for name in storage.listdir(f"{company}/issues/{issue}")[1]}
+            keys |= {f"{company}/issues/{issue}/{name}" for issue in storage.listdir(f"{company}/issues")[0]
+                     for name in storage.listdir(f"{company}/issues/{issue}")[1]}
+        if storage.exists(f"{company}/assets"):
+            keys |= {f"{company}/assets/{name}" for name in storage.listdir(f"{company}/assets")[1]}
+        yield keys
 
 
 def _remove_bytes(key: str):
@@ -185,7 +159,7 @@ def _remove_bytes(key: str):
         logger.warning("attachment bytes %s could not be removed; they stay orphaned in storage", key, exc_info=True)
 
 
-def _bytes_follow_row(sender, instance: Attachment, using=None, **kwargs):
+def _bytes_follow_row(sender, instance: Attachment | Asset, using=None, **kwargs):
     key = instance.object_key
     transaction.on_commit(lambda: _remove_bytes(key), using=using)
 
@@ -193,3 +167,4 @@ def _bytes_follow_row(sender, instance: Attachment, using=None, **kwargs):
 def connect():
     """Called once from IssuesConfig.ready()."""
     post_delete.connect(_bytes_follow_row, sender=Attachment, dispatch_uid="attachment_bytes_follow_row")
+    post_delete.connect(_bytes_follow_row, sender=Asset, dispatch_uid="asset_bytes_follow_row")

@@ -10,16 +10,19 @@ reports) but not in this month's spend counters.
 """
 from __future__ import annotations
 
+import re
+
 from django.db import transaction
 from django.db.models import BigIntegerField, Case, Value, When
 from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
-from issues.choices import LIVE_RUN_STATUSES, AgentRole, AgentStatus, CompanyStatus
+from issues.choices import LIVE_RUN_STATUSES, AgentStatus, CompanyStatus
 from issues.exceptions import Forbidden, InvalidInput, Unprocessable
-from issues.models import Agent, Company, CostEvent, Goal, HeartbeatRun, Issue, Project
+from issues.models import Agent, Asset, Company, CostEvent, Goal, HeartbeatRun, Issue, Project
 
 from .activity import activity_record
+from .assets import BRANDING_FORBIDDEN, ensure_may_brand
 from .company_stop import COMPANY_BUDGET, company_agents_sync_on_commit, company_stop_reason
 from .goals import ensure_org_write
 from .lookups import company_object
@@ -171,17 +174,24 @@ def company_budget_set(*, actor: Actor, company: Company, budget_monthly_cents: 
 # --- company settings -------------------------------------------------------------------------------------
 COMPANY_FIELDS = {"name": "name", "description": "description", "status": "status",
                   "budgetMonthlyCents": "budget_monthly_cents",
-                  "requireBoardApprovalForNewAgents": "require_board_approval_for_new_agents"}
-CEO_FIELDS = ("name", "description")  # upstream: a CEO agent may change the company's branding only
+                  "requireBoardApprovalForNewAgents": "require_board_approval_for_new_agents",
+                  "brandColor": "brand_color", "logoAssetId": "logo_asset_id"}
+# upstream: a CEO agent may change the company's branding only
+CEO_FIELDS = ("name", "description", "brandColor", "logoAssetId")
+BRAND_COLOR = re.compile(r"#[0-9a-fA-F]{6}", re.ASCII)
 
 
 def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
-    """Board users (write roles) change name, description, status, budget and whether hires wait for
-    the board's approval; a CEO agent the
-    name and description; the issue prefix never changes (identifiers are built from it)."""
-    if actor.is_agent and (actor.agent.role != AgentRole.CEO or set(changes) - set(CEO_FIELDS)):
-        raise Forbidden("Only CEO agents or board users may update company settings", code="board_only")
-    ensure_org_write(actor, company.pk)
+    """Board users (write roles) change name, description, status, budget, whether hires wait for
+    the board's approval and the branding (``brandColor``, ``logoAssetId``: one of the company's
+    assets); a CEO agent the name, description and branding; the issue prefix never changes
+    (identifiers are built from it)."""
+    # Another company's (or no) asset is a 404 before any other answer, as every foreign id is.
+    logo = company_object(Asset, company.pk, changes["logoAssetId"], "logoAssetId") if changes.get(
+        "logoAssetId") else None
+    if actor.is_agent and set(changes) - set(CEO_FIELDS):
+        raise Forbidden(BRANDING_FORBIDDEN, code="board_only")
+    ensure_may_brand(actor, company.pk)
     values = {}
     for name, value in changes.items():
         if name == "name":
@@ -196,6 +206,12 @@ def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
             value = _budget_value(value)
         elif name == "requireBoardApprovalForNewAgents" and not isinstance(value, bool):
             raise InvalidInput(details={name: ["Must be true or false."]})
+        elif name == "brandColor":
+            if value and not (isinstance(value, str) and BRAND_COLOR.fullmatch(value)):
+                raise InvalidInput(details={name: ["Must be a color as #RRGGBB, or null."]})
+            value = (value or "").lower()
+        elif name == "logoAssetId":
+            value = logo.pk if logo else None
         values[COMPANY_FIELDS[name]] = value
     with transaction.atomic():
         company = Company.objects.select_for_update().get(pk=company.pk)

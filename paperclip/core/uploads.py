@@ -1,5 +1,5 @@
-"""Uploaded files: a size limit applied while a multipart body is parsed, and the one-file read
-the API and the console share.
+"""Uploaded files: a size limit applied while a multipart body is parsed, the one-file read the API
+and the console share, and what every stored upload records (its shown name, type and SHA-256).
 
 Django streams an uploaded file to memory or a temporary file whatever its size; this handler
 (first in FILE_UPLOAD_HANDLERS, so it bounds every upload the server takes) stops keeping a file
@@ -8,10 +8,17 @@ the field on the request; :func:`one_uploaded_file` then refuses it with the lim
 """
 from __future__ import annotations
 
+import hashlib
+import mimetypes
+
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 
 from .errors import InvalidInput, Unprocessable
+
+
+GENERIC_TYPE = "application/octet-stream"
+MAX_FILENAME = 255
 
 
 def max_upload_bytes() -> int:
@@ -52,3 +59,31 @@ def one_uploaded_file(request, field: str = "file"):
     if len(files) > 1:
         raise InvalidInput(details={field: ["Send one file per request."]})
     return files[0]
+
+
+def content_type_of(declared: str | None, filename: str) -> str:
+    """The part's declared type without parameters, lower-cased; a missing or generic one is
+    guessed from the file name (curl and many clients send application/octet-stream)."""
+    declared = (declared or "").split(";", 1)[0].strip().lower()
+    if declared and declared != GENERIC_TYPE:
+        return declared
+    return (mimetypes.guess_type(filename, strict=False)[0] or GENERIC_TYPE).lower()
+
+
+def clean_filename(name: str | None) -> str:
+    """The name as shown back: its last path segment, without control characters, at most 255."""
+    name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in name if ch.isprintable()).strip()
+    if len(name) > MAX_FILENAME:  # keep the extension readers recognise the file by
+        stem, dot, ext = name.rpartition(".")
+        name = (stem[: MAX_FILENAME - len(ext) - 1] + dot + ext) if dot and len(ext) < 16 else name[:MAX_FILENAME]
+    return name or "upload"
+
+
+def sha256_of(upload) -> str:
+    """The uploaded file's SHA-256 (hex), read in chunks; the file is left at its start."""
+    digest = hashlib.sha256()
+    for chunk in upload.chunks():
+        digest.update(chunk)
+    upload.seek(0)
+    return digest.hexdigest()

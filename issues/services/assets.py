@@ -1,0 +1,73 @@
+"""Company assets (upstream's ``POST /companies/{id}/logo``): one raster image stored as an asset
+of the company, which ``PATCH /companies/{id}`` (``logoAssetId``) then makes its logo.
+
+Who may: board users with a write role and the company's CEO agent (upstream: branding is the
+one company setting a CEO agent changes). The bytes follow the row as attachments' do (written
+before the row, removed if it does not commit, removed when the row goes; orphans swept by
+issues.services.attachments.attachments_orphan_sweep).
+"""
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+
+from issues.actors import Actor
+from issues.choices import AgentRole
+from issues.exceptions import Forbidden, Unprocessable
+from issues.models import Asset, Company
+from issues.models.asset import IMAGE_TYPES
+from issues.models.attachment import attachment_storage
+from paperclip.core.uploads import clean_filename, content_type_of, max_upload_bytes, sha256_of, too_large
+
+from .activity import activity_record
+from .goals import ensure_org_write
+
+BRANDING_FORBIDDEN = "Only CEO agents or board users may update company settings"  # upstream's words
+
+
+def ensure_may_brand(actor: Actor, company_id) -> None:
+    """Board users with a write role, or a CEO agent of the company (upstream's branding rule)."""
+    if actor.is_agent and actor.agent.role != AgentRole.CEO:
+        raise Forbidden(BRANDING_FORBIDDEN, code="board_only")
+    ensure_org_write(actor, company_id)
+
+
+def _checked_image(upload) -> tuple[str, str]:
+    filename = clean_filename(getattr(upload, "name", ""))
+    if not upload.size:
+        raise Unprocessable("Image is empty", code="image_empty", details={"file": ["The file has no bytes."]})
+    if upload.size > max_upload_bytes():
+        raise too_large()
+    content_type = content_type_of(getattr(upload, "content_type", None), filename)
+    if content_type == "image/jpg":  # a common misspelling upstream accepts
+        content_type = "image/jpeg"
+    if content_type not in IMAGE_TYPES:
+        raise Unprocessable(f"Unsupported image type: {content_type}", code="image_type_unsupported",
+                            details={"file": [f"'{content_type}' is not one of {', '.join(IMAGE_TYPES)}."],
+                                     "allowedTypes": list(IMAGE_TYPES)})
+    return filename, content_type
+
+
+def company_logo_upload(*, actor: Actor, company: Company, upload) -> Asset:
+    """Store ``upload`` (a Django UploadedFile) as an image asset of the company; audited as
+    ``asset.created``. The company's logo changes only when ``logoAssetId`` names it (upstream)."""
+    ensure_may_brand(actor, company.pk)
+    filename, content_type = _checked_image(upload)
+    digest = sha256_of(upload)
+    pk = uuid.uuid4()
+    storage = attachment_storage()
+    saved = storage.save(f"{company.pk}/assets/{pk}", upload)
+    try:
+        with transaction.atomic():
+            asset = Asset.objects.create(
+                pk=pk, company=company, original_filename=filename, content_type=content_type,
+                byte_size=upload.size, sha256=digest, object_key=saved, created_by_agent=actor.agent,
+                created_by_user=actor.user if actor.is_board else None)
+            activity_record(actor=actor, company_id=company.pk, action="asset.created", entity_type="asset",
+                            entity_id=asset.pk, details={"originalFilename": filename, "contentType": content_type,
+                                                         "byteSize": asset.byte_size, "namespace": "assets/companies"})
+    except BaseException:
+        storage.delete(saved)  # the row did not commit: its bytes go too
+        raise
+    return asset
