@@ -141,3 +141,24 @@ def _owner_client(company):
     client = APIClient()
     client.force_login(MembershipFactory(company=company, role="owner").user)
     return client
+
+
+def test_the_console_header_shows_the_current_companys_logo_and_color(board_client, board_user, company):
+    from django.test import Client
+    from django.urls import reverse
+
+    asset = upload_logo(board_client, company).json()
+    patch(board_client, company, logoAssetId=asset["assetId"], brandColor="#336699")
+    console = Client()
+    console.force_login(board_user)
+
+    page = console.get(reverse("console:dashboard")).content.decode()
+
+    assert f'<img class="company-logo" src="{asset["contentPath"]}" alt="{company.name} logo"' in page
+    assert 'style="border-bottom: 3px solid #336699"' in page
+    assert content_of(console.get(asset["contentPath"])) == PNG  # the console's session reads it
+    plain = CompanyFactory()
+    other_user = MembershipFactory(company=plain, role="owner").user
+    console.force_login(other_user)
+    page = console.get(reverse("console:dashboard")).content.decode()
+    assert "company-logo" not in page and "3px solid" not in page
