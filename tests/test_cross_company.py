@@ -691,6 +691,9 @@ CASES = [
     Case("company-patch", "company-detail", "PATCH",
          lambda o, t: (f"/api/companies/{s(t.company)}", {"name": "hijacked", "budgetMonthlyCents": 1}),
          control_status=(("agent", 403),)),
+    # The control: A's owner reaches the archive rule (A is active), past the company boundary.
+    Case("company-delete", "company-detail", "DELETE", lambda o, t: (f"/api/companies/{s(t.company)}", None),
+         control_status=(("agent", 403), ("board", 409))),
     Case("company-patch-logoAssetId", "company-detail", "PATCH",  # my company, another company's image
          lambda o, t: (f"/api/companies/{s(o.company)}", {"logoAssetId": s(t.logo)}),
          control_status=(("agent", 403),)),

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from issues.actors import SYSTEM, Actor
 from issues.models import (ActivityLog, Agent, Approval, ApprovalComment, ApprovalIssue, Attachment, BoardApiKey,
-                           Comment, Company, CostEvent, Document, Issue, Label)
+                           Comment, Company, CostEvent, Document, HeartbeatRun, Issue, Label)
 from issues.services.assets import company_logo_upload
 from issues.services.attachments import attachment_create
 from issues.services.companies import agent_api_key_create
@@ -475,6 +475,12 @@ def pending_hire(body, w, cred):
     assert approval["payload"]["agentId"] == agent["id"] and approval["issueIds"] == [w.ids["issue"]], body
 
 
+def archived(w, api):
+    """A company is deleted once archived and its runs have ended (differs: upstream deletes an active one)."""
+    Company.objects.filter(pk=w.ids["company"]).update(status="archived")
+    HeartbeatRun.objects.filter(company_id=w.ids["company"]).update(status="cancelled", finished_at=timezone.now())
+
+
 def staff_board(w, api):
     """A local agent process's command is set by staff (issues.services.host_commands)."""
     from django.contrib.auth import get_user_model
@@ -815,6 +821,8 @@ CASES = [
          invalid=(({"brandColor": "blue"}, "brandColor"), ({"logoAssetId": "nope"}, "logoAssetId")),
          check=lambda b, w, c: (b["brandColor"], b["logoUrl"]) == ("#336699", f"/api/assets/{w.ids['logo']}/content")
          or pytest.fail(str(b))),
+    Case("companies_delete", "DELETE", "/companies/{company}", board_only(200), OK, setup=archived,
+         check=lambda b, w, c: not Company.objects.filter(pk=w.ids["company"]).exists() or pytest.fail("kept")),
     Case("companies_logo_upload", "POST", "/companies/{company}/logo", board_only(201), ASSET,
          files={"file": ("logo.png", PNG, "image/png")},
          check=lambda b, w, c: (b["contentType"], b["byteSize"]) == ("image/png", len(PNG)) or pytest.fail(str(b))),

@@ -12,13 +12,14 @@ from rest_framework.views import APIView
 from issues import selectors
 from issues.actors import actor_from_request
 from issues.filtersets import ActivityFilterSet, GoalFilterSet, ProjectFilterSet, openapi_parameters
+from issues.services import companies as company_services
 from issues.services import costs as cost_services
 from issues.services import goals as goal_services
 from issues.services import projects as project_services
 from issues.services.activity_reports import activity_report
 
 from . import org_serializers as o
-from .agent_serializers import AgentRecordSerializer
+from .agent_serializers import AgentRecordSerializer, OkSerializer
 from .views import ERRORS, LIST_PARAMS, RUN_HEADER_PARAM, parse
 
 WINDOW_PARAMS = [
@@ -217,6 +218,17 @@ class CompanyDetailView(APIView):
         data = parse(o.CompanyPatchSerializer, request)
         return Response(o.CompanySerializer(cost_services.company_update(actor=actor, company=company,
                                                                          changes=data)).data)
+
+
+    @extend_schema(request=None, responses={200: OkSerializer, **ERRORS}, operation_id="companies_delete",
+                   description="Board owners only: deletes an archived company with everything in it (`{ok: true}`). "
+                               "409 `company_not_archived` until it is archived (POST …/archive, which stops its "
+                               "agents), 409 `company_run_active` while a cancelled run is still ending; 403 "
+                               "`owner_required` for other roles.")
+    def delete(self, request, company_id):
+        actor = actor_from_request(request)
+        company_services.company_delete(actor=actor, company=actor.company(company_id))
+        return Response(OkSerializer({"ok": True}).data)
 
 
 class CompanyArchiveView(APIView):

@@ -1,3 +1,4 @@
+import logging
 import re
 import unicodedata
 from itertools import chain
@@ -15,6 +16,8 @@ from .agents import adapter_config_validate, ensure_can_create_agents, runtime_c
 from .company_stop import company_for_stop, company_stop_reason
 from .host_commands import adapter_command_check
 
+
+audit_log = logging.getLogger("paperclip.audit")  # what outlives a company's own audit rows
 
 PREFIX_FORMAT = re.compile(r"^[A-Z][A-Z0-9]{1,9}$")  # the company_prefix_format constraint's rule
 
@@ -136,3 +139,45 @@ def agent_api_key_create(*, agent: Agent, name: str = "default", actor: Actor = 
         activity_record(actor=actor, company_id=agent.company_id, action="agent_key.created",
                         entity_type="agent_api_key", entity_id=key.id, details={"prefix": key.prefix})
     return key, raw
+
+
+def company_delete(*, actor: Actor, company: Company) -> None:
+    """Upstream's ``DELETE /api/companies/{id}`` (board only): the company and everything in it — its
+    issues with their threads and files, agents, runs, cases, connectors and its audit trail. Only an
+    owner deletes, and only an archived company (archiving stops its agents and cancels their runs):
+    409 ``company_not_archived`` until then, 409 ``company_run_active`` while a cancelled run's
+    process is still ending. The audit rows go with the company, so the deletion is logged by the
+    server (``paperclip.audit``)."""
+    from django.db.models import ProtectedError, RestrictedError
+
+    from issues.choices import LIVE_RUN_STATUSES, CompanyStatus
+    from issues.models import HeartbeatRun, Interaction
+
+    actor.ensure_board()
+    if actor.roles.get(company.pk) != MemberRole.OWNER:
+        raise Forbidden("Only an owner of the company may delete it.", code="owner_required")
+    with transaction.atomic():
+        company = Company.objects.select_for_update().get(pk=company.pk)
+        if company.status != CompanyStatus.ARCHIVED:
+            raise Conflict("Archive the company before deleting it.", code="company_not_archived",
+                           details={"status": [company.status]})
+        live = [str(pk) for pk in HeartbeatRun.objects.filter(company=company, status__in=LIVE_RUN_STATUSES)
+                .order_by("created_at").values_list("pk", flat=True)]
+        if live:
+            raise Conflict("The company still has live runs; wait for them to end.", code="company_run_active",
+                           details={"liveRunIds": live})
+        record = (company.pk, company.name, company.issue_prefix,
+                  {"issues": company.issues.count(), "agents": company.agents.count()})
+        try:
+            with transaction.atomic():
+                # Interactions first: they protect the document revisions they point at.
+                Interaction.objects.filter(company=company).delete()
+                company.delete()
+        except (ProtectedError, RestrictedError) as exc:
+            kinds = sorted({obj._meta.verbose_name for obj in (exc.protected_objects if isinstance(
+                exc, ProtectedError) else exc.restricted_objects)})
+            raise Conflict("The company is still referenced elsewhere.", code="company_delete_restricted",
+                           details={"referencedBy": kinds}) from None
+    pk, name, prefix, counts = record
+    audit_log.warning("company %s (%s, %s) deleted by user %s: %s", pk, name, prefix, getattr(actor.user, "pk", None),
+                      counts)
