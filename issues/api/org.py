@@ -219,7 +219,6 @@ class CompanyDetailView(APIView):
         return Response(o.CompanySerializer(cost_services.company_update(actor=actor, company=company,
                                                                          changes=data)).data)
 
-
     @extend_schema(request=None, responses={200: OkSerializer, **ERRORS}, operation_id="companies_delete",
                    description="Board owners only: deletes an archived company with everything in it (`{ok: true}`). "
                                "409 `company_not_archived` until it is archived (POST …/archive, which stops its "
