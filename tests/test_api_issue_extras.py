@@ -346,6 +346,23 @@ def test_board_deletes_an_issue_with_its_thread_and_keeps_its_children(board_cli
     assert_error(board_client.delete(f"/api/issues/{issue.pk}"), 404, "not_found")
 
 
+def test_delete_of_an_issue_linked_to_a_tracker_item_is_refused_and_changes_nothing(board_client, company):
+    from connectors.models import TaskLink
+    from tests.connector_factories import make_instance
+
+    issue = IssueFactory(company=company)
+    comment_create(actor=SYSTEM, issue=issue, body="kept")
+    instance, _ = make_instance(company)
+    TaskLink.objects.create(company=company, instance=instance, provider_key=instance.provider_key, issue=issue,
+                            external_task_id="T-7")
+
+    error = assert_error(board_client.delete(f"/api/issues/{issue.pk}"), 409, "issue_delete_restricted")
+
+    assert error["details"] == {"issueId": str(issue.pk), "linkedBy": ["task link"]}
+    assert Issue.objects.filter(pk=issue.pk).exists() and Comment.objects.filter(issue=issue).exists()
+    assert not ActivityLog.objects.filter(action="issue.deleted").exists()
+
+
 def test_delete_is_board_only(agent_client, company):
     issue = IssueFactory(company=company, created_by_agent=agent_client.agent)
     assert assert_error(agent_client.delete(f"/api/issues/{issue.pk}"), 403, "board_only")["message"] == \

@@ -4,7 +4,6 @@ and the on-demand heartbeat (``agent_wakeup`` like every wake)."""
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
-from django.db.models import RestrictedError
 from django.utils import timezone
 
 from issues import events
@@ -17,6 +16,7 @@ from issues.models import Agent, AgentApiKey, HeartbeatRun, WakeupRequest
 from issues.selectors import walk_up
 
 from .activity import activity_record
+from .deletion import unless_held
 from .agent_grants import PERMISSION_KEYS, agent_permissions
 from .company_stop import RESERVED_PAUSE_REASONS, ensure_company_running
 from .host_commands import adapter_command_check
@@ -313,14 +313,9 @@ def agent_delete(*, actor: Actor, agent: Agent) -> None:
                            details={"agentId": str(agent.pk), "liveRunIds": [str(run.pk) for run in live]})
         activity_record(actor=actor, company_id=agent.company_id, action="agent.deleted", entity_type="agent",
                         entity_id=agent.pk, details={"name": agent.name, "status": agent.status})
-        try:
-            with transaction.atomic():
-                agent.delete()
-        except RestrictedError as exc:  # a reference no receiver named: the database rule still holds
-            kinds = sorted({obj._meta.verbose_name for obj in exc.restricted_objects})
-            raise Conflict("The agent is named by history that is kept (what it wrote); terminate it instead.",
-                           code="agent_delete_restricted",
-                           details={"agentId": str(agent.pk), "referencedBy": kinds}) from None
+        with unless_held("The agent is named by history that is kept (what it wrote); terminate it instead.",
+                         "agent_delete_restricted", agentId=str(agent.pk)):
+            agent.delete()
 
 
 def agent_heartbeat_invoke(*, actor: Actor, agent: Agent) -> WakeupRequest:

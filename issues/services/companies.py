@@ -14,6 +14,7 @@ from issues.models.agent import hash_key
 from .activity import activity_record
 from .agents import adapter_config_validate, ensure_can_create_agents, runtime_config_validate
 from .company_stop import company_for_stop, company_stop_reason
+from .deletion import unless_held
 from .host_commands import adapter_command_check
 
 
@@ -148,8 +149,6 @@ def company_delete(*, actor: Actor, company: Company) -> None:
     409 ``company_not_archived`` until then, 409 ``company_run_active`` while a cancelled run's
     process is still ending. The audit rows go with the company, so the deletion is logged by the
     server (``paperclip.audit``)."""
-    from django.db.models import ProtectedError, RestrictedError
-
     from issues.choices import LIVE_RUN_STATUSES, CompanyStatus
     from issues.models import HeartbeatRun, Interaction
 
@@ -168,16 +167,10 @@ def company_delete(*, actor: Actor, company: Company) -> None:
                            details={"liveRunIds": live})
         record = (company.pk, company.name, company.issue_prefix,
                   {"issues": company.issues.count(), "agents": company.agents.count()})
-        try:
-            with transaction.atomic():
-                # Interactions first: they protect the document revisions they point at.
-                Interaction.objects.filter(company=company).delete()
-                company.delete()
-        except (ProtectedError, RestrictedError) as exc:
-            kinds = sorted({obj._meta.verbose_name for obj in (exc.protected_objects if isinstance(
-                exc, ProtectedError) else exc.restricted_objects)})
-            raise Conflict("The company is still referenced elsewhere.", code="company_delete_restricted",
-                           details={"referencedBy": kinds}) from None
+        with unless_held("The company is still referenced elsewhere.", "company_delete_restricted"):
+            # Interactions first: they protect the document revisions they point at.
+            Interaction.objects.filter(company=company).delete()
+            company.delete()
     pk, name, prefix, counts = record
     audit_log.warning("company %s (%s, %s) deleted by user %s: %s", pk, name, prefix, getattr(actor.user, "pk", None),
                       counts)

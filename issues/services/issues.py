@@ -27,6 +27,7 @@ from paperclip.core import rows
 
 from .activity import activity_record
 from .agent_grants import ensure_may_assign
+from .deletion import unless_held
 from .fences import ensure_may_change, ensure_owning_run
 from .labels import labels_resolve
 from .lookups import agent_ref_id, assignable_agent, assignable_user, company_object
@@ -533,7 +534,7 @@ def issue_delete(*, actor: Actor, issue: Issue) -> Issue:
     products and blocker relations go with it. Its children are kept and move to the top level
     (``parentId`` null); other issues it blocked keep their status. Refused (409) while a live
     run holds or works it: stop the run first. Returns the deleted issue (its last state)."""
-    from django.db.models import ProtectedError, RestrictedError, prefetch_related_objects
+    from django.db.models import prefetch_related_objects
 
     from issues.choices import LIVE_RUN_STATUSES
     from issues.models import HeartbeatRun, Interaction
@@ -557,16 +558,11 @@ def issue_delete(*, actor: Actor, issue: Issue) -> Issue:
                         entity_id=issue.pk, details={"identifier": issue.identifier, "title": issue.title,
                                                      "status": issue.status, "childrenDetached": children})
         pk = issue.pk
-        try:
-            with transaction.atomic():
-                # Its interactions first: they protect the document revisions they point at.
-                Interaction.objects.filter(issue=issue).delete()
-                issue.delete()
-        except (ProtectedError, RestrictedError) as exc:
-            # e.g. a connector's link to a tracker item: unlink it first (nothing was deleted).
-            kinds = sorted({obj._meta.verbose_name for obj in (exc.protected_objects if isinstance(
-                exc, ProtectedError) else exc.restricted_objects)})
-            raise Conflict("The issue is still linked elsewhere; remove the link before deleting it.",
-                           code="issue_delete_restricted", details={"issueId": str(pk), "linkedBy": kinds})
+        # e.g. a connector's link to a tracker item holds it: unlink it first (nothing is deleted).
+        with unless_held("The issue is still linked elsewhere; remove the link before deleting it.",
+                         "issue_delete_restricted", key="linkedBy", issueId=str(pk)):
+            # Its interactions first: they protect the document revisions they point at.
+            Interaction.objects.filter(issue=issue).delete()
+            issue.delete()
         issue.pk = pk
     return issue

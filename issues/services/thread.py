@@ -178,16 +178,22 @@ def document_write(*, actor: Actor, issue: Issue, key: str, body: str, title: st
     return revision
 
 
+def _locked_document(actor: Actor, issue: Issue, key: str) -> tuple[Issue, Document]:
+    """The issue locked for the actor's write, then its document ``key`` (a 404 if there is none)."""
+    issue = lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
+    document = Document.objects.select_for_update(of=("self",)).filter(issue=issue, key=key).first()
+    if document is None:
+        raise NotFound("Document not found.")
+    return issue, document
+
+
 def document_restore(*, actor: Actor, issue: Issue, key: str, revision_id) -> DocumentRevision:
     """Upstream's ``POST …/documents/{key}/revisions/{revisionId}/restore``: a new latest revision
     with that revision's title and body (history is never rewritten), written as any revision is
     (same writers, same fences) and audited as ``issue.document_restored``."""
     key = (key or "").lower()
     with transaction.atomic():
-        issue = lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
-        document = Document.objects.select_for_update(of=("self",)).filter(issue=issue, key=key).first()
-        if document is None:
-            raise NotFound("Document not found.")
+        issue, document = _locked_document(actor, issue, key)
         source = DocumentRevision.objects.filter(document=document, pk=revision_id).first()
         if source is None:
             raise NotFound("Revision not found.", details={"revisionId": ["No such revision of this document."]})
@@ -209,13 +215,12 @@ def document_delete(*, actor: Actor, issue: Issue, key: str) -> None:
     handoff's captured revision link is cleared, as when the whole issue is deleted."""
     from django.db.models import ProtectedError
 
+    from .deletion import holders
+
     actor.ensure_board()
     key = (key or "").lower()
     with transaction.atomic():
-        issue = lock_for_write(actor, issue)  # the issue first, as every document write (lock order)
-        document = Document.objects.select_for_update(of=("self",)).filter(issue=issue, key=key).first()
-        if document is None:
-            raise NotFound("Document not found.")
+        issue, document = _locked_document(actor, issue, key)
         activity_record(actor=actor, company_id=issue.company_id, action="issue.document_deleted",
                         entity_type="issue", entity_id=issue.pk,
                         details={"key": key, "documentId": str(document.pk), "title": document.title,
@@ -223,8 +228,8 @@ def document_delete(*, actor: Actor, issue: Issue, key: str) -> None:
         try:
             with transaction.atomic():
                 document.delete()
-        except ProtectedError as exc:
-            interactions = sorted(str(obj.pk) for obj in exc.protected_objects)
+        except ProtectedError as exc:  # the interactions' ids, which the board can act on
+            interactions = sorted(str(obj.pk) for obj in holders(exc))
             raise Conflict("Interactions are bound to this document's revisions; resolve or delete them first.",
                            code="document_delete_restricted",
                            details={"key": [key], "interactionIds": interactions}) from None
