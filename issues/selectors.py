@@ -781,112 +781,6 @@ def activity_list(*, company, params):
                             ActivityLog.objects.filter(company=company).order_by("-created_at", "-id"), company.pk)
 
 
-_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
-
-
-def _moment(raw: str, name: str, *, end: bool):
-    """An ISO 8601 date-time (naive = UTC) or date; a date as ``to`` covers that whole day."""
-    from datetime import datetime, time, timedelta, timezone as dt_timezone
-
-    from django.utils.dateparse import parse_date, parse_datetime
-
-    text = str(raw).strip()
-    try:
-        if _DATE_ONLY.fullmatch(text):
-            day = parse_date(text)
-            moment = datetime.combine(day, time(), tzinfo=dt_timezone.utc) + timedelta(days=1 if end else 0)
-        else:
-            moment = parse_datetime(text)
-    except (ValueError, OverflowError):
-        moment = None
-    if moment is None:
-        raise InvalidInput(f"invalid '{name}' date",
-                           details={name: ["Must be an ISO 8601 date (2026-01-31) or date-time."]})
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt_timezone.utc)
-
-
-def cost_window(params) -> Q:
-    """``from``/``to`` of the cost reports (``occurredAt``, both inclusive; a date-only ``to`` is the
-    whole day). Neither given: the current UTC month."""
-    from issues.services.periods import month_start
-
-    start, end = params.get("from"), params.get("to")
-    if not start and not end:
-        return Q(occurred_at__gte=month_start())
-    window = Q()
-    if start:
-        window &= Q(occurred_at__gte=_moment(start, "from", end=False))
-    if end:
-        moment = _moment(end, "to", end=True)  # a date-only ``to`` is the next midnight: exclusive
-        window &= Q(occurred_at__lt=moment) if _DATE_ONLY.fullmatch(str(end).strip()) else Q(occurred_at__lte=moment)
-    return window
-
-
-def _percent(spend: int, budget: int) -> float:
-    return round(spend / budget * 100, 2) if budget else 0
-
-
-def cost_summary(*, company, params) -> dict:
-    from django.db.models import Sum
-
-    from issues.models import CostEvent
-
-    window = cost_window(params)
-    spend = CostEvent.objects.filter(company=company).filter(window).aggregate(s=Sum("cost_cents"))["s"] or 0
-    return {"companyId": str(company.pk), "spendCents": spend, "budgetCents": company.budget_monthly_cents,
-            "utilizationPercent": _percent(spend, company.budget_monthly_cents)}
-
-
-def _token_sums(prefix: str = "", only=None) -> dict:
-    from django.db.models import Sum, Value
-    from django.db.models.functions import Coalesce
-
-    def total(column, name):
-        return Coalesce(Sum(column, filter=only), Value(0))
-
-    names = (("cost_cents", "costCents"), ("input_tokens", "inputTokens"),
-             ("cached_input_tokens", "cachedInputTokens"), ("output_tokens", "outputTokens"))
-    if prefix:
-        names = names[1:]
-    return {(f"{prefix}{name[0].upper()}{name[1:]}" if prefix else name): total(column, name)
-            for column, name in names}
-
-
-def costs_by_agent(*, company, params) -> list[dict]:
-    """Spend and tokens per agent that has ledger rows in the window, most spent first, one query.
-    Run counts: distinct heartbeat runs of metered (api) and subscription rows."""
-    from django.db.models import Count
-
-    from issues.models import CostEvent
-    from issues.services.costs import SUBSCRIPTION_BILLING
-
-    subscription = Q(billing_type__in=SUBSCRIPTION_BILLING)
-    rows = (CostEvent.objects.filter(company=company).filter(cost_window(params))
-            .values("agent_id", "agent__name", "agent__status")
-            .annotate(**_token_sums(),
-                      apiRunCount=Count("run_id", distinct=True, filter=~subscription),
-                      subscriptionRunCount=Count("run_id", distinct=True, filter=subscription),
-                      **_token_sums("subscription", subscription))
-            .order_by("-costCents", "agent__name", "agent_id"))
-    return [{"agentId": str(row.pop("agent_id")), "agentName": row.pop("agent__name"),
-             "agentStatus": row.pop("agent__status"), **row} for row in rows]
-
-
-def costs_by_project(*, company, params) -> list[dict]:
-    """Spend and tokens per project (the row's project, else its issue's), most spent first. Two queries."""
-    from django.db.models.functions import Coalesce
-
-    from issues.models import CostEvent, Project
-
-    rows = list(CostEvent.objects.filter(company=company).filter(cost_window(params))
-                .annotate(pid=Coalesce("project_id", "issue__project_id")).filter(pid__isnull=False)
-                .values("pid").annotate(**_token_sums()).order_by("-costCents", "pid"))
-    names = dict(Project.objects.filter(company=company, pk__in=[row["pid"] for row in rows])
-                 .values_list("id", "name"))
-    return [{"projectId": str(row["pid"]), "projectName": names.get(row["pid"], ""),
-             **{k: v for k, v in row.items() if k != "pid"}} for row in rows]
-
-
 def org_dashboard(*, company, now=None) -> dict:
     """``GET /companies/{id}/dashboard`` (upstream's shape): eight queries whatever the company's size."""
     from datetime import datetime, timedelta, timezone as dt_timezone
@@ -895,6 +789,7 @@ def org_dashboard(*, company, now=None) -> dict:
     from django.db.models.functions import TruncDate
     from django.utils import timezone
 
+    from issues.cost_reports import percent
     from issues.models import CostEvent
     from issues.services.company_stop import COMPANY_BUDGET
     from issues.services.costs import BUDGET_STOP
@@ -955,7 +850,7 @@ def org_dashboard(*, company, now=None) -> dict:
     return {
         "companyId": str(company.pk), "agents": agents, "tasks": tasks,
         "costs": {"monthSpendCents": spend, "monthBudgetCents": budget,
-                  "monthUtilizationPercent": _percent(spend, budget)},
+                  "monthUtilizationPercent": percent(spend, budget)},
         "pendingApprovals": approvals["pending"],
         # No budget incidents or project pauses here: an incident is an agent stopped by its own
         # budget or by the company's.

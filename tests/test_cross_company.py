@@ -682,6 +682,9 @@ CASES = [
          lambda o, t: (f"/api/companies/{s(t.company)}/costs/by-agent", None)),
     Case("company-costs-by-project", "company-costs-by-project", "GET",
          lambda o, t: (f"/api/companies/{s(t.company)}/costs/by-project", None)),
+    *[Case(f"company-costs-{name}", f"company-costs-{name}", "GET",
+           lambda o, t, name=name: (f"/api/companies/{s(t.company)}/costs/{name}", None))
+      for name in ("by-provider", "by-biller", "by-agent-model", "window-spend")],
     Case("company-budgets-patch", "company-budgets", "PATCH",
          lambda o, t: (f"/api/companies/{s(t.company)}/budgets", {"budgetMonthlyCents": 1}),
          control_status=(("agent", 403),)),

@@ -239,6 +239,16 @@ COST_BY_AGENT = {"agentId": is_uuid, "agentName": is_str, "agentStatus": one_of(
                  "subscriptionInputTokens": is_int, "subscriptionOutputTokens": is_int}
 COST_BY_PROJECT = {"projectId": n(is_uuid), "projectName": n(is_str), "costCents": is_int, "inputTokens": is_int,
                    "cachedInputTokens": is_int, "outputTokens": is_int}
+COST_TOTALS = {"costCents": is_int, "inputTokens": is_int, "cachedInputTokens": is_int, "outputTokens": is_int}
+COST_RUN_SPLIT = {**COST_TOTALS, "apiRunCount": is_int, "subscriptionRunCount": is_int,
+                  "subscriptionCachedInputTokens": is_int, "subscriptionInputTokens": is_int,
+                  "subscriptionOutputTokens": is_int}
+COST_BY_PROVIDER = {**COST_RUN_SPLIT, "provider": is_str, "biller": is_str, "billingType": is_str, "model": is_str}
+COST_BY_BILLER = {**COST_RUN_SPLIT, "biller": is_str, "providerCount": is_int, "modelCount": is_int}
+COST_BY_AGENT_MODEL = {**COST_TOTALS, "agentId": is_uuid, "agentName": is_str, "provider": is_str, "biller": is_str,
+                       "billingType": is_str, "model": is_str}
+COST_WINDOW = {**COST_TOTALS, "provider": is_str, "biller": is_str, "window": one_of(("5h", "24h", "7d")),
+               "windowHours": is_int}
 DASHBOARD = {
     "companyId": is_uuid,
     "agents": {"active": is_int, "running": is_int, "paused": is_int, "error": is_int},
@@ -800,6 +810,14 @@ CASES = [
          query={"from": "2026-01-01T00:00:00Z", "to": "2026-02-01T00:00:00Z"}),
     Case("costs_by_agent", "GET", "/companies/{company}/costs/by-agent", both(200), array(COST_BY_AGENT)),
     Case("costs_by_project", "GET", "/companies/{company}/costs/by-project", both(200), array(COST_BY_PROJECT)),
+    Case("costs_by_provider", "GET", "/companies/{company}/costs/by-provider", both(200), array(COST_BY_PROVIDER),
+         check=lambda b, w, c: [r["provider"] for r in b] == ["anthropic"] or pytest.fail(str(b))),
+    Case("costs_by_biller", "GET", "/companies/{company}/costs/by-biller", both(200), array(COST_BY_BILLER)),
+    Case("costs_by_agent_model", "GET", "/companies/{company}/costs/by-agent-model", both(200),
+         array(COST_BY_AGENT_MODEL), check=lambda b, w, c: [r["agentId"] for r in b] == [w.ids["agent"]]
+         or pytest.fail(str(b))),
+    Case("costs_window_spend", "GET", "/companies/{company}/costs/window-spend", both(200), array(COST_WINDOW),
+         check=lambda b, w, c: [r["window"] for r in b] == ["5h", "24h", "7d"] or pytest.fail(str(b))),
     # §5.7 dashboard, §5.8 activity
     Case("dashboard", "GET", "/companies/{company}/dashboard", both(200), DASHBOARD),
     Case("activity_list", "GET", "/companies/{company}/activity", both(200), array(ACTIVITY),

@@ -9,7 +9,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from issues import selectors
+from issues import cost_reports, selectors
 from issues.actors import actor_from_request
 from issues.filtersets import ActivityFilterSet, GoalFilterSet, ProjectFilterSet, openapi_parameters
 from issues.services import companies as company_services
@@ -152,7 +152,7 @@ class CompanyCostsSummaryView(APIView):
                    operation_id="company_costs_summary")
     def get(self, request, company_id):
         company = actor_from_request(request).company(company_id)
-        return Response(selectors.cost_summary(company=company, params=request.query_params))
+        return Response(cost_reports.cost_summary(company=company, params=request.query_params))
 
 
 class CompanyCostsByAgentView(APIView):
@@ -160,7 +160,7 @@ class CompanyCostsByAgentView(APIView):
                    operation_id="company_costs_by_agent")
     def get(self, request, company_id):
         company = actor_from_request(request).company(company_id)
-        return Response(selectors.costs_by_agent(company=company, params=request.query_params))
+        return Response(cost_reports.costs_by_agent(company=company, params=request.query_params))
 
 
 class CompanyCostsByProjectView(APIView):
@@ -168,7 +168,45 @@ class CompanyCostsByProjectView(APIView):
                    operation_id="company_costs_by_project")
     def get(self, request, company_id):
         company = actor_from_request(request).company(company_id)
-        return Response(selectors.costs_by_project(company=company, params=request.query_params))
+        return Response(cost_reports.costs_by_project(company=company, params=request.query_params))
+
+
+class CompanyCostsByProviderView(APIView):
+    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByProviderSerializer(many=True), **ERRORS},
+                   operation_id="company_costs_by_provider",
+                   description="Spend per provider, biller, billing type and model, most spent first.")
+    def get(self, request, company_id):
+        company = actor_from_request(request).company(company_id)
+        return Response(cost_reports.costs_by_provider(company=company, params=request.query_params))
+
+
+class CompanyCostsByBillerView(APIView):
+    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByBillerSerializer(many=True), **ERRORS},
+                   operation_id="company_costs_by_biller",
+                   description="Spend per biller with how many providers and models it billed, most spent first.")
+    def get(self, request, company_id):
+        company = actor_from_request(request).company(company_id)
+        return Response(cost_reports.costs_by_biller(company=company, params=request.query_params))
+
+
+class CompanyCostsByAgentModelView(APIView):
+    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByAgentModelSerializer(many=True), **ERRORS},
+                   operation_id="company_costs_by_agent_model",
+                   description="Spend per agent, provider, biller, billing type and model, ordered by provider, "
+                               "biller, billing type and model.")
+    def get(self, request, company_id):
+        company = actor_from_request(request).company(company_id)
+        return Response(cost_reports.costs_by_agent_model(company=company, params=request.query_params))
+
+
+class CompanyCostsWindowSpendView(APIView):
+    @extend_schema(responses={200: o.CostWindowSpendSerializer(many=True), **ERRORS},
+                   operation_id="company_costs_window_spend",
+                   description="Spend per provider over the last 5 hours, 24 hours and 7 days (rows of each "
+                               "window, most spent first).")
+    def get(self, request, company_id):
+        company = actor_from_request(request).company(company_id)
+        return Response(cost_reports.costs_window_spend(company=company))
 
 
 class CompanyBudgetsView(APIView):

@@ -295,6 +295,50 @@ class CostByProjectSerializer(serializers.Serializer):
     outputTokens = serializers.IntegerField()
 
 
+class CostTotalsSerializer(serializers.Serializer):
+    costCents = serializers.IntegerField()
+    inputTokens = serializers.IntegerField()
+    cachedInputTokens = serializers.IntegerField()
+    outputTokens = serializers.IntegerField()
+
+
+class CostRunSplitSerializer(CostTotalsSerializer):
+    apiRunCount = serializers.IntegerField()
+    subscriptionRunCount = serializers.IntegerField()
+    subscriptionCachedInputTokens = serializers.IntegerField()
+    subscriptionInputTokens = serializers.IntegerField()
+    subscriptionOutputTokens = serializers.IntegerField()
+
+
+class CostByProviderSerializer(CostRunSplitSerializer):
+    provider = serializers.CharField()
+    biller = serializers.CharField()
+    billingType = serializers.CharField()
+    model = serializers.CharField()
+
+
+class CostByBillerSerializer(CostRunSplitSerializer):
+    biller = serializers.CharField()
+    providerCount = serializers.IntegerField()
+    modelCount = serializers.IntegerField()
+
+
+class CostByAgentModelSerializer(CostTotalsSerializer):
+    agentId = serializers.UUIDField()
+    agentName = serializers.CharField()
+    provider = serializers.CharField()
+    biller = serializers.CharField()
+    billingType = serializers.CharField()
+    model = serializers.CharField()
+
+
+class CostWindowSpendSerializer(CostTotalsSerializer):
+    provider = serializers.CharField()
+    biller = serializers.CharField(help_text="The provider's biller in the window, or `mixed`.")
+    window = serializers.ChoiceField(choices=["5h", "24h", "7d"])
+    windowHours = serializers.IntegerField()
+
+
 class BudgetSerializer(StrictSerializer):
     budgetMonthlyCents = serializers.IntegerField(min_value=0, max_value=BUDGET_MAX)
 
