@@ -781,6 +781,21 @@ def activity_list(*, company, params):
                             ActivityLog.objects.filter(company=company).order_by("-created_at", "-id"), company.pk)
 
 
+def company_stats(*, actor: Actor) -> dict:
+    """``GET /companies/stats`` (upstream, board only): ``{companyId: {agentCount, issueCount}}`` for
+    each of the caller's companies (with zeros, where upstream leaves an empty company out). Two
+    queries after the caller's companies."""
+    from django.db.models import Count
+
+    actor.ensure_board()
+    ids = list(actor.company_ids)
+    agents = dict(Agent.objects.filter(company_id__in=ids).values("company_id").annotate(n=Count("id"))
+                  .values_list("company_id", "n"))
+    issues = dict(Issue.objects.filter(company_id__in=ids).values("company_id").annotate(n=Count("id"))
+                  .values_list("company_id", "n"))
+    return {str(pk): {"agentCount": agents.get(pk, 0), "issueCount": issues.get(pk, 0)} for pk in ids}
+
+
 def org_dashboard(*, company, now=None) -> dict:
     """``GET /companies/{id}/dashboard`` (upstream's shape): eight queries whatever the company's size."""
     from datetime import datetime, timedelta, timezone as dt_timezone

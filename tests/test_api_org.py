@@ -636,3 +636,21 @@ def test_an_agent_key_reports_costs_and_reads_the_ledger_over_http(live_server, 
     assert status == 403 and board_only["code"] == "board_only"
     status, dashboard = http(live_server, "GET", f"{company_path}/dashboard", key)
     assert status == 200 and dashboard["costs"]["monthSpendCents"] == 42
+
+
+def test_company_stats_count_agents_and_issues_of_the_callers_companies(
+        board_client, board_user, company, make_agent_client):
+    AgentFactory(company=company)
+    AgentFactory(company=company)
+    IssueFactory(company=company)
+    empty = CompanyFactory()
+    MembershipFactory(company=empty, user=board_user, role="viewer")
+    stranger = CompanyFactory()
+    AgentFactory(company=stranger)
+
+    stats = board_client.get("/api/companies/stats")
+
+    assert stats.status_code == 200, stats.content
+    assert stats.json() == {str(company.pk): {"agentCount": 2, "issueCount": 1},
+                            str(empty.pk): {"agentCount": 0, "issueCount": 0}}
+    assert_error(make_agent_client(company=company).get("/api/companies/stats"), 403, "board_only")

@@ -162,3 +162,19 @@ def test_the_console_header_shows_the_current_companys_logo_and_color(board_clie
     console.force_login(other_user)
     page = console.get(reverse("console:dashboard")).content.decode()
     assert "company-logo" not in page and "3px solid" not in page
+
+
+def test_a_replaced_or_cleared_logo_is_deleted_with_its_bytes(
+        board_client, company, django_capture_on_commit_callbacks):
+    first, second = (upload_logo(board_client, company).json()["assetId"] for _ in range(2))
+    patch(board_client, company, logoAssetId=first)
+    first_key = Asset.objects.get(pk=first).object_key
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert patch(board_client, company, logoAssetId=second).json()["logoAssetId"] == second
+
+    assert not Asset.objects.filter(pk=first).exists() and not attachment_storage().exists(first_key)
+    assert_error(board_client.get(f"/api/assets/{first}/content"), 404)
+    with django_capture_on_commit_callbacks(execute=True):
+        patch(board_client, company, logoAssetId=None)
+    assert not Asset.objects.exists()

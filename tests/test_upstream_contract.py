@@ -830,6 +830,10 @@ CASES = [
     Case("companies_create", "POST", "/companies", board_only(201), COMPANY, body={"name": "Contract Clips"},
          setup=staff_board, invalid=(({}, "name"),), foreign=False,
          check=lambda b, w, c: (b["name"], b["issuePrefix"][:3]) == ("Contract Clips", "CON") or pytest.fail(str(b))),
+    Case("companies_stats", "GET", "/companies/stats", board_only(200), None, foreign=False,
+         check=lambda b, w, c: (w.ids["company"] in b and w.foreign["company"] not in b
+                                and all(set(v) == {"agentCount", "issueCount"} for v in b.values())
+                                and b[w.ids["company"]]["agentCount"] >= 1) or pytest.fail(str(b))),
     Case("companies_get", "GET", "/companies/{company}", both(200), COMPANY),
     Case("companies_update", "PATCH", "/companies/{company}", board_only(200), COMPANY,
          body={"budgetMonthlyCents": 10000, "description": "We make clips"},

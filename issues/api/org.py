@@ -4,7 +4,7 @@ the API, upstream-compatible (paperclip-api.md §5.4-§5.9).
 Thin views: parse, call a selector or a service (``goals``, ``projects``, ``costs``,
 ``activity_reports``), serialize. Who may write is the services' rule.
 """
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -236,6 +236,19 @@ class AgentBudgetsView(APIView):
 
 
 # --- the company record -------------------------------------------------------------------------------------
+class CompanyStatsView(APIView):
+    @extend_schema(responses={200: OpenApiResponse(
+                       {"type": "object", "additionalProperties": {
+                           "type": "object", "properties": {"agentCount": {"type": "integer"},
+                                                            "issueCount": {"type": "integer"}},
+                           "required": ["agentCount", "issueCount"]}},
+                       description="Company id -> its counts."), **ERRORS},
+                   operation_id="companies_stats",
+                   description="Board only: how many agents and issues each of the caller's companies has.")
+    def get(self, request):
+        return Response(selectors.company_stats(actor=actor_from_request(request)))
+
+
 class CompanyDetailView(APIView):
     @extend_schema(responses={200: o.CompanySerializer, **ERRORS}, operation_id="companies_retrieve")
     def get(self, request, company_id):

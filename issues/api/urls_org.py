@@ -30,5 +30,6 @@ urlpatterns = [
     path("companies/<str:company_id>/dashboard", org.CompanyDashboardView.as_view(), name="company-dashboard"),
     path("companies/<str:company_id>/activity", org.CompanyActivityView.as_view(), name="company-activity"),
     path("companies/<str:company_id>/archive", org.CompanyArchiveView.as_view(), name="company-archive"),
+    path("companies/stats", org.CompanyStatsView.as_view(), name="company-stats"),  # before companies/<id>
     path("companies/<str:company_id>", org.CompanyDetailView.as_view(), name="company-detail"),
 ]

@@ -218,10 +218,12 @@ def company_update(*, actor: Actor, company: Company, changes: dict) -> Company:
         changed = sorted(k for k, v in values.items() if getattr(company, k) != v)
         if not changed:
             return company
-        previous_budget = company.budget_monthly_cents
+        previous_budget, previous_logo = company.budget_monthly_cents, company.logo_asset_id
         for column in changed:
             setattr(company, column, values[column])
         company.save(update_fields=[*changed, "updated_at"])
+        if "logo_asset_id" in changed and previous_logo:  # the logo it replaced goes (bytes on commit), as upstream
+            Asset.objects.filter(pk=previous_logo).delete()
         api_names = {v: k for k, v in COMPANY_FIELDS.items()}
         if changed != ["budget_monthly_cents"]:
             activity_record(actor=actor, company_id=company.pk, action="company.updated", entity_type="company",
