@@ -107,6 +107,15 @@ def _attachments_in_a_temporary_folder(tmp_path_factory):
 
 
 @pytest.fixture
+def own_attachment_storage(settings, tmp_path):
+    """A storage folder of this test's own, for tests that walk the whole storage (the orphan sweep):
+    the session's folder also holds files other tests left behind when their rows rolled back."""
+    settings.STORAGES = {**settings.STORAGES, "attachments": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path / "attachments"), "base_url": None}}}
+
+
+@pytest.fixture
 def company(db):
     return CompanyFactory()
 

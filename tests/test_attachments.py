@@ -228,7 +228,7 @@ def test_bytes_of_a_row_that_does_not_commit_are_removed(issue, monkeypatch):
     assert not Attachment.objects.exists() and stored_keys(issue) == set()
 
 
-def test_the_sweep_removes_old_bytes_no_row_names(agent_client, issue, monkeypatch):
+def test_the_sweep_removes_old_bytes_no_row_names(agent_client, issue, monkeypatch, own_attachment_storage):
     from issues.services.scheduling import sweep
 
     kept = upload(agent_client, issue).json()["objectKey"]

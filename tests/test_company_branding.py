@@ -121,7 +121,7 @@ def test_another_companys_asset_is_a_404_as_a_logo_and_as_content(board_client, 
 
 
 def test_the_bytes_go_with_the_company_and_the_sweep_keeps_only_named_ones(
-        company, django_capture_on_commit_callbacks):
+        company, django_capture_on_commit_callbacks, own_attachment_storage):
     client = _owner_client(company)
     kept = Asset.objects.get(pk=upload_logo(client, company).json()["assetId"])
     storage = attachment_storage()
