@@ -28,7 +28,7 @@ from issues.admin_mixins import (
     ServiceWrittenForm,
     ViewOnlyAdminMixin,
 )
-from issues.choices import AgentStatus, ApprovalStatus
+from issues.choices import AgentStatus, ApprovalStatus, CompanyStatus
 from issues.exceptions import InvalidInput
 from issues.models import (
     ActivityLog,
@@ -99,6 +99,27 @@ class CompanyAdmin(admin.ModelAdmin):
         # Identifiers already handed out (PAP-12) keep their prefix: it is fixed once issued.
         fields = super().get_readonly_fields(request, obj)
         return (*fields, "issue_prefix") if obj is not None else fields
+
+    def has_delete_permission(self, request, obj=None):
+        # As over the API: only an archived company (its agents stopped) is deleted, one at a time.
+        return super().has_delete_permission(request, obj) and (obj is None or obj.status == CompanyStatus.ARCHIVED)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def delete_model(self, request, obj):
+        """Through the service: owners only, no run still ending, and the server log's record."""
+        from django.core.exceptions import PermissionDenied
+
+        from issues.exceptions import ApiError
+        from issues.services.companies import company_delete
+
+        try:
+            company_delete(actor=Actor(user=request.user), company=obj)
+        except ApiError as exc:
+            raise PermissionDenied(exc.message) from None
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

@@ -108,3 +108,23 @@ def test_another_companys_owner_gets_a_404(company):
     client_with(company, "owner").post(f"/api/companies/{company.pk}/archive")
     assert_error(stranger.delete(f"/api/companies/{company.pk}"), 404)
     assert Company.objects.filter(pk=company.pk).exists()
+
+
+def test_the_admin_deletes_only_an_archived_company_through_the_same_rules(admin_client, company, caplog):
+    from django.urls import reverse
+
+    url = reverse("admin:issues_company_delete", args=[company.pk])
+    assert admin_client.get(url).status_code == 403  # active
+    changelist = admin_client.get(reverse("admin:issues_company_changelist")).content.decode()
+    assert 'value="delete_selected"' not in changelist
+    Company.objects.filter(pk=company.pk).update(status="archived")
+    ending = RunFactory(agent=AgentFactory(company=company), status="running", started_at=timezone.now())
+    assert admin_client.post(url, {"post": "yes"}).status_code == 403  # a run is still ending
+    assert Company.objects.filter(pk=company.pk).exists()
+    HeartbeatRun.objects.filter(pk=ending.pk).update(status="cancelled", finished_at=timezone.now())
+
+    with caplog.at_level(logging.WARNING, "paperclip.audit"):
+        response = admin_client.post(url, {"post": "yes"})
+
+    assert response.status_code == 302
+    assert not Company.objects.filter(pk=company.pk).exists() and f"company {company.pk}" in caplog.text
