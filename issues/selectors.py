@@ -646,6 +646,43 @@ def agent_inbox_lite(*, agent, params):
             .order_by("priority_rank", "-updated_at", "id")[offset: offset + limit])
 
 
+MINE_STATUSES = "backlog,todo,in_progress,in_review,blocked,done"  # upstream's default for the Mine view
+
+
+def agent_mine_inbox(*, agent, params) -> list[Issue]:
+    """``GET /agents/me/inbox/mine?userId=``: the issues a board member of the agent's company
+    created, was assigned or commented on (the list's ``touchedByUserId``), with the list's filters
+    (``status`` defaults to MINE_STATUSES), order and paging. Each issue carries the member's last
+    touch and the last comment by anyone else (``my_created_at``, ``my_last_comment_at``,
+    ``last_external_comment_at``). One query after the member check."""
+    from django.db.models import Case, OuterRef, Subquery, When
+
+    from issues.models import Membership
+
+    raw = str(params.get("userId") or "").strip()
+    if not raw:
+        raise InvalidInput(details={"userId": ["Required: the board member whose Mine inbox to read."]})
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18) or not Membership.objects.filter(
+            company_id=agent.company_id, user_id=int(raw)).exists():
+        raise NotFound("User not found.", details={"userId": ["No such member of this company."]})
+    user_id = int(raw)
+    query = params.copy()
+    query["touchedByUserId"] = str(user_id)
+    query.setdefault("status", MINE_STATUSES)
+    comments = Comment.objects.filter(issue=OuterRef("pk")).order_by("-created_at").values("created_at")
+    issues = (Issue.objects.filter(company_id=agent.company_id).select_related(*ISSUE_RELATED)
+              .order_by("priority_rank", "created_at", "id")
+              .annotate(my_created_at=Case(When(created_by_user_id=user_id, then="created_at")),
+                        my_last_comment_at=Subquery(comments.filter(author_user_id=user_id)[:1]),
+                        last_external_comment_at=Subquery(comments.exclude(author_user_id=user_id)[:1])))
+    filterset = IssueFilterSet(data=query, queryset=issues)
+    if not filterset.is_valid():
+        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
+    limit, offset = list_window(params)
+    return refs_checked(filterset, agent.company_id, list(filterset.qs.prefetch_related("labels")
+                                                          [offset: offset + limit]))
+
+
 def heartbeat_run_get(*, actor: Actor, pk) -> HeartbeatRun:
     """A run of the actor's company (any agent's): upstream's ``/heartbeat-runs/{id}`` scope."""
     return scoped_get(HeartbeatRun.objects.all(), actor, pk, "Heartbeat run")

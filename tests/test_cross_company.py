@@ -722,6 +722,7 @@ CASES = [
 NO_ID_ROUTES = {("agent-me", "GET"), ("agent-me-wake", "GET"), ("company-list", "GET"),
                 ("company-list", "POST"),  # a new company, instance admins only: tests/test_company_create.py
                 ("agent-me-inbox-lite", "GET"),  # its own test: tests/test_api_agents.py
+                ("agent-me-inbox-mine", "GET"),  # another company's member is a 404: tests/test_mine_inbox.py
                 ("board-api-keys", "GET"), ("board-api-keys", "POST"),  # the caller's own: tests/test_board_keys.py
                 ("issues-without-company", "GET"),  # always a 400: test_issues_without_a_company_is_a_400
                 ("company-stats", "GET")}  # the caller's companies only: tests/test_api_org.py

@@ -394,7 +394,7 @@ def build_world(live_server) -> World:
                spare_goal=spare_goal.pk, project=project.pk, label=label.pk, spare_label=spare_label.pk,
                approval=approval.pk, rev_approval=rev_approval.pk, run=run.pk, spare_run=spare_run.pk,
                agent_key=me_key2.pk, board_key=spare_board_key["id"], plan_v1=plan_v1.pk, attachment=shot.pk,
-               logo=logo.pk)
+               logo=logo.pk, board_user=board_user.pk)
     foreign = dict(company=other.pk, agent=o_agent.pk, boss=o_agent.pk, rival=o_agent.pk, spare=o_agent.pk,
                    issue=o_issue.pk, child=o_issue.pk, loose=o_issue.pk, rivals=o_issue.pk, comment=o_comment.pk,
                    goal=o_goal.pk, spare_goal=o_goal.pk, project=o_project.pk, label=o_label.pk,
@@ -624,6 +624,9 @@ CASES = [
     Case("agents_me", "GET", "/agents/me", agent_only(200), AGENT_DETAIL, check=chain_is_boss, foreign=False),
     Case("agents_me_inbox_lite", "GET", "/agents/me/inbox-lite", agent_only(200), array(INBOX_ITEM),
          check=has_ids("issue", "child"), foreign=False),
+    Case("agents_me_inbox_mine", "GET", "/agents/me/inbox/mine", agent_only(200),
+         array({**ISSUE, "myLastTouchAt": n(is_dt), "lastExternalCommentAt": n(is_dt), "isUnreadForMe": is_bool}),
+         query=lambda i: {"userId": i["board_user"]}, check=has_ids("issue"), foreign=False),
     Case("company_agents_list", "GET", "/companies/{company}/agents", both(200), array(AGENT_OBJ),
          check=has_ids("agent", "boss", "rival")),
     Case("agents_get", "GET", "/agents/{agent}", both(200), AGENT_DETAIL, check=chain_is_boss),

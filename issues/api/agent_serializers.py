@@ -10,7 +10,8 @@ from issues.filtersets import MAX_LIST_ITEMS
 from issues.services.agent_grants import agent_permissions
 
 from .approval_serializers import ApprovalSerializer
-from .serializers import AgentSerializer, CompanyBriefSerializer, IdField, RunEventSerializer, RunSerializer, StrictSerializer
+from .serializers import (AgentSerializer, CompanyBriefSerializer, IdField, IssueSerializer, RunEventSerializer,
+                          RunSerializer, StrictSerializer)
 
 BIGINT_MAX = 2**63 - 1  # budgets live in 64-bit columns
 CAPABILITIES_MAX = 10_000
@@ -112,6 +113,30 @@ class InboxLiteItemSerializer(serializers.Serializer):
     def get_activeRun(self, issue):
         run = issue.execution_run if issue.execution_run_id else None
         return ActiveRunBriefSerializer(run).data if run is not None and run.is_live else None
+
+
+class MineInboxItemSerializer(IssueSerializer):
+    """An issue of a board member's Mine inbox (upstream's ``/agents/me/inbox/mine`` item)."""
+
+    myLastTouchAt = serializers.SerializerMethodField(help_text="When the member created it or last commented.")
+    lastExternalCommentAt = serializers.DateTimeField(source="last_external_comment_at", allow_null=True,
+                                                      help_text="The newest comment by anyone else.")
+    isUnreadForMe = serializers.SerializerMethodField(help_text="Someone else commented after the member's last "
+                                                                "touch (this product keeps no read marks).")
+
+    @staticmethod
+    def _my_last_touch(issue):
+        touches = [t for t in (issue.my_created_at, issue.my_last_comment_at) if t is not None]
+        return max(touches) if touches else None
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_myLastTouchAt(self, issue):
+        touch = self._my_last_touch(issue)
+        return serializers.DateTimeField().to_representation(touch) if touch else None
+
+    def get_isUnreadForMe(self, issue) -> bool:
+        other, mine = issue.last_external_comment_at, self._my_last_touch(issue)
+        return other is not None and (mine is None or other > mine)
 
 
 class RunIssueSerializer(serializers.Serializer):

@@ -6,6 +6,7 @@ Thin views: parse, call a selector or ``issues.services.agents`` / ``runs``, ser
 see adapter configurations whole; agents see them redacted.
 """
 from django.http import JsonResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -255,6 +256,24 @@ class AgentInboxLiteView(APIView):
         agent_services.ensure_agent(actor)
         issues = selectors.agent_inbox_lite(agent=actor.agent, params=request.query_params)
         return Response(a.InboxLiteItemSerializer(issues, many=True).data)
+
+
+class AgentMineInboxView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("userId", OpenApiTypes.INT, required=True,
+                                                description="A board member of the agent's company."),
+                               *LIST_PARAMS],
+                   responses={200: a.MineInboxItemSerializer(many=True), **ERRORS},
+                   operation_id="agents_me_inbox_mine",
+                   description="A board member's Mine inbox, for the calling agent: the issues the member created, "
+                               "was assigned or commented on, with the issue list's filters (`status` defaults to "
+                               f"`{selectors.MINE_STATUSES}`), order and paging; each with `myLastTouchAt`, "
+                               "`lastExternalCommentAt` and `isUnreadForMe`. 400 without `userId`; 404 naming it "
+                               "for anyone who is not a member of the company.")
+    def get(self, request):
+        actor = actor_from_request(request)
+        agent_services.ensure_agent(actor)
+        issues = selectors.agent_mine_inbox(agent=actor.agent, params=request.query_params)
+        return Response(a.MineInboxItemSerializer(issues, many=True).data)
 
 
 class HeartbeatRunCancelView(APIView):

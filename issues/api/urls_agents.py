@@ -9,6 +9,7 @@ urlpatterns = [
     path("companies/<str:company_id>/org", agents.CompanyOrgView.as_view(), name="company-org"),
     path("companies/<str:company_id>/agent-hires", agents.CompanyAgentHiresView.as_view(), name="company-agent-hires"),
     path("agents/me/inbox-lite", agents.AgentInboxLiteView.as_view(), name="agent-me-inbox-lite"),
+    path("agents/me/inbox/mine", agents.AgentMineInboxView.as_view(), name="agent-me-inbox-mine"),
     path("agents/<uuid:agent_id>", agents.AgentDetailView.as_view(), name="agent-detail"),
     path("agents/<uuid:agent_id>/permissions", agents.AgentPermissionsView.as_view(), name="agent-permissions"),
     path("agents/<uuid:agent_id>/pause", agents.AgentPauseView.as_view(), name="agent-pause"),
