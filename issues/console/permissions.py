@@ -2,7 +2,8 @@
 
 viewer   reads only;
 operator acts on issues, interactions, cases and workflow definitions;
-admin    also manages agents, their API keys and adapter configuration (owner likewise).
+admin    also manages agents, their API keys and adapter configuration, and the company's settings
+         (owner likewise; only an owner deletes the company).
 
 A superuser counts as owner of every company (as ``issues.actors.Actor`` does). A role check that
 fails renders the console's 403 page; the services check write roles again (``ensure_can_write``).
@@ -26,6 +27,7 @@ RANK = {VIEWER: 0, OPERATOR: 1, ADMIN: 2, OWNER: 3}
 # What each kind of console action needs.
 ACT_ON_WORK = OPERATOR  # issues, comments, interactions, cases, workflow definitions
 MANAGE_AGENTS = ADMIN  # agents, API keys, adapter configuration
+MANAGE_COMPANY = ADMIN  # the company's settings, branding and archiving
 
 
 class RoleRequired(Forbidden):
@@ -62,11 +64,12 @@ def require_role(request, company_id, minimum: str):
 def can(request, company) -> dict:
     """Template flags for the current user in ``company``."""
     if company is None:
-        return {"act": False, "manage_agents": False, "role": None}
+        return {"act": False, "manage_agents": False, "manage_company": False, "role": None}
     return {
         "role": role_in(request, company.pk),
         "act": has_role(request, company.pk, ACT_ON_WORK),
         "manage_agents": has_role(request, company.pk, MANAGE_AGENTS),
+        "manage_company": has_role(request, company.pk, MANAGE_COMPANY),
     }
 
 

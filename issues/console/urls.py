@@ -1,10 +1,16 @@
 """Console routes of the issues app, added to the ``console`` namespace by ``issues/urls.py``."""
 from django.urls import path
 
-from . import agents, approvals, board_keys, dashboard, issues, runs
+from . import agents, approvals, board_keys, company, dashboard, issues, runs
 
 urlpatterns = [
     path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("company/", company.company_settings, name="company-settings"),
+    path("company/save/", company.company_settings_save, name="company-settings-save"),
+    path("company/logo/", company.company_logo_set, name="company-logo"),
+    path("company/logo/remove/", company.company_logo_clear, name="company-logo-remove"),
+    path("company/archive/", company.company_archive_view, name="company-archive"),
+    path("company/delete/", company.company_delete_view, name="company-delete"),
     path("issues/board/", issues.issue_board, name="issue-board"),
     path("issues/<str:ref>/", issues.issue_detail, name="issue-detail"),
     path("issues/<str:ref>/change/", issues.issue_change, name="issue-change"),
