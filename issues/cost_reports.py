@@ -136,9 +136,10 @@ def costs_by_agent_model(*, company, params) -> list[dict]:
 SPEND_WINDOWS = (("5h", 5), ("24h", 24), ("7d", 168))  # upstream's rolling windows, the longest last
 
 
-def costs_window_spend(*, company, now=None) -> list[dict]:
+def costs_window_spend(*, company, params=None, now=None) -> list[dict]:
     """Upstream's ``window-spend``: spend per provider over the last 5 hours, 24 hours and 7 days
-    (``biller`` is ``mixed`` when a provider was billed by several). One query for all three."""
+    (``biller`` is ``mixed`` when a provider was billed by several). One query for all three; the
+    windows are fixed (``params`` is taken as every report takes it, and not read)."""
     from datetime import timedelta
 
     from django.db.models import Min

@@ -147,66 +147,41 @@ class CompanyCostEventsView(APIView):
         return Response(o.CostEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
 
-class CompanyCostsSummaryView(APIView):
-    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostSummarySerializer, **ERRORS},
-                   operation_id="company_costs_summary")
-    def get(self, request, company_id):
-        company = actor_from_request(request).company(company_id)
-        return Response(cost_reports.cost_summary(company=company, params=request.query_params))
+def cost_report_view(name: str, report, response, operation_id: str, description: str = "", windowed: bool = True):
+    """A read-only view of one cost report (issues.cost_reports): the path's company, the report's rows."""
+
+    class CostReportView(APIView):
+        @extend_schema(parameters=WINDOW_PARAMS if windowed else [], responses={200: response, **ERRORS},
+                       operation_id=operation_id, description=description)
+        def get(self, request, company_id):
+            company = actor_from_request(request).company(company_id)
+            return Response(report(company=company, params=request.query_params))
+
+    CostReportView.__name__ = CostReportView.__qualname__ = name
+    return CostReportView
 
 
-class CompanyCostsByAgentView(APIView):
-    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByAgentSerializer(many=True), **ERRORS},
-                   operation_id="company_costs_by_agent")
-    def get(self, request, company_id):
-        company = actor_from_request(request).company(company_id)
-        return Response(cost_reports.costs_by_agent(company=company, params=request.query_params))
-
-
-class CompanyCostsByProjectView(APIView):
-    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByProjectSerializer(many=True), **ERRORS},
-                   operation_id="company_costs_by_project")
-    def get(self, request, company_id):
-        company = actor_from_request(request).company(company_id)
-        return Response(cost_reports.costs_by_project(company=company, params=request.query_params))
-
-
-class CompanyCostsByProviderView(APIView):
-    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByProviderSerializer(many=True), **ERRORS},
-                   operation_id="company_costs_by_provider",
-                   description="Spend per provider, biller, billing type and model, most spent first.")
-    def get(self, request, company_id):
-        company = actor_from_request(request).company(company_id)
-        return Response(cost_reports.costs_by_provider(company=company, params=request.query_params))
-
-
-class CompanyCostsByBillerView(APIView):
-    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByBillerSerializer(many=True), **ERRORS},
-                   operation_id="company_costs_by_biller",
-                   description="Spend per biller with how many providers and models it billed, most spent first.")
-    def get(self, request, company_id):
-        company = actor_from_request(request).company(company_id)
-        return Response(cost_reports.costs_by_biller(company=company, params=request.query_params))
-
-
-class CompanyCostsByAgentModelView(APIView):
-    @extend_schema(parameters=WINDOW_PARAMS, responses={200: o.CostByAgentModelSerializer(many=True), **ERRORS},
-                   operation_id="company_costs_by_agent_model",
-                   description="Spend per agent, provider, biller, billing type and model, ordered by provider, "
-                               "biller, billing type and model.")
-    def get(self, request, company_id):
-        company = actor_from_request(request).company(company_id)
-        return Response(cost_reports.costs_by_agent_model(company=company, params=request.query_params))
-
-
-class CompanyCostsWindowSpendView(APIView):
-    @extend_schema(responses={200: o.CostWindowSpendSerializer(many=True), **ERRORS},
-                   operation_id="company_costs_window_spend",
-                   description="Spend per provider over the last 5 hours, 24 hours and 7 days (rows of each "
-                               "window, most spent first).")
-    def get(self, request, company_id):
-        company = actor_from_request(request).company(company_id)
-        return Response(cost_reports.costs_window_spend(company=company))
+CompanyCostsSummaryView = cost_report_view("CompanyCostsSummaryView", cost_reports.cost_summary,
+                                           o.CostSummarySerializer, "company_costs_summary")
+CompanyCostsByAgentView = cost_report_view("CompanyCostsByAgentView", cost_reports.costs_by_agent,
+                                           o.CostByAgentSerializer(many=True), "company_costs_by_agent")
+CompanyCostsByProjectView = cost_report_view("CompanyCostsByProjectView", cost_reports.costs_by_project,
+                                             o.CostByProjectSerializer(many=True), "company_costs_by_project")
+CompanyCostsByProviderView = cost_report_view(
+    "CompanyCostsByProviderView", cost_reports.costs_by_provider, o.CostByProviderSerializer(many=True),
+    "company_costs_by_provider", "Spend per provider, biller, billing type and model, most spent first.")
+CompanyCostsByBillerView = cost_report_view(
+    "CompanyCostsByBillerView", cost_reports.costs_by_biller, o.CostByBillerSerializer(many=True),
+    "company_costs_by_biller", "Spend per biller with how many providers and models it billed, most spent first.")
+CompanyCostsByAgentModelView = cost_report_view(
+    "CompanyCostsByAgentModelView", cost_reports.costs_by_agent_model, o.CostByAgentModelSerializer(many=True),
+    "company_costs_by_agent_model",
+    "Spend per agent, provider, biller, billing type and model, ordered by provider, biller, billing type and model.")
+CompanyCostsWindowSpendView = cost_report_view(
+    "CompanyCostsWindowSpendView", cost_reports.costs_window_spend, o.CostWindowSpendSerializer(many=True),
+    "company_costs_window_spend",
+    "Spend per provider over the last 5 hours, 24 hours and 7 days (rows of each window, most spent first).",
+    windowed=False)
 
 
 class CompanyBudgetsView(APIView):
