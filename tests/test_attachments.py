@@ -14,6 +14,7 @@ import pytest
 from django.utils import timezone
 
 from issues.actors import SYSTEM
+from issues.exceptions import Unprocessable
 from issues.models import ActivityLog, Attachment
 from issues.models.attachment import attachment_storage
 from issues.services import attachments as attachment_services
@@ -120,7 +121,7 @@ def test_a_file_larger_than_the_json_body_limit_uploads_under_the_default_limit(
 
 def test_the_service_refuses_an_oversized_file_handed_to_it_directly(issue, settings):
     settings.PAPERCLIP = {**settings.PAPERCLIP, "ATTACHMENT_MAX_BYTES": 10}
-    with pytest.raises(attachment_services.Unprocessable) as refused:
+    with pytest.raises(Unprocessable) as refused:
         attachment_services.attachment_create(actor=SYSTEM, issue=issue,
                                               upload=a_file("a.txt", b"x" * 11, "text/plain"))
     assert refused.value.code == "attachment_too_large"

@@ -14,11 +14,11 @@ from django.db import transaction
 
 from issues.actors import Actor
 from issues.choices import AgentRole
-from issues.exceptions import Forbidden, Unprocessable
+from issues.exceptions import Forbidden
 from issues.models import Asset, Company
 from issues.models.asset import IMAGE_TYPES
 from issues.models.attachment import attachment_storage
-from paperclip.core.uploads import clean_filename, content_type_of, max_upload_bytes, sha256_of, too_large
+from paperclip.core.uploads import checked_upload, sha256_of
 
 from .activity import activity_record
 from .goals import ensure_org_write
@@ -33,27 +33,13 @@ def ensure_may_brand(actor: Actor, company_id) -> None:
     ensure_org_write(actor, company_id)
 
 
-def _checked_image(upload) -> tuple[str, str]:
-    filename = clean_filename(getattr(upload, "name", ""))
-    if not upload.size:
-        raise Unprocessable("Image is empty", code="image_empty", details={"file": ["The file has no bytes."]})
-    if upload.size > max_upload_bytes():
-        raise too_large()
-    content_type = content_type_of(getattr(upload, "content_type", None), filename)
-    if content_type == "image/jpg":  # a common misspelling upstream accepts
-        content_type = "image/jpeg"
-    if content_type not in IMAGE_TYPES:
-        raise Unprocessable(f"Unsupported image type: {content_type}", code="image_type_unsupported",
-                            details={"file": [f"'{content_type}' is not one of {', '.join(IMAGE_TYPES)}."],
-                                     "allowedTypes": list(IMAGE_TYPES)})
-    return filename, content_type
-
-
 def company_logo_upload(*, actor: Actor, company: Company, upload) -> Asset:
     """Store ``upload`` (a Django UploadedFile) as an image asset of the company; audited as
     ``asset.created``. The company's logo changes only when ``logoAssetId`` names it (upstream)."""
     ensure_may_brand(actor, company.pk)
-    filename, content_type = _checked_image(upload)
+    # image/jpg: a common misspelling upstream accepts
+    filename, content_type = checked_upload(upload, noun="Image", accepts=IMAGE_TYPES.__contains__,
+                                            accepted=IMAGE_TYPES, aliases={"image/jpg": "image/jpeg"})
     digest = sha256_of(upload)
     pk = uuid.uuid4()
     storage = attachment_storage()

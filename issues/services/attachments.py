@@ -22,10 +22,10 @@ from django.db.models.signals import post_delete
 from django.utils import timezone
 
 from issues.actors import Actor
-from issues.exceptions import Forbidden, NotFound, Unprocessable
+from issues.exceptions import Forbidden, NotFound
 from issues.models import Asset, Attachment, Comment, Issue
 from issues.models.attachment import attachment_storage
-from paperclip.core.uploads import clean_filename, content_type_of, max_upload_bytes, sha256_of, too_large
+from paperclip.core.uploads import checked_upload, sha256_of
 
 from .activity import activity_record
 from .thread import lock_for_write, revision_author
@@ -40,29 +40,11 @@ def type_allowed(content_type: str) -> bool:
     return bool(allowed & {content_type, family, "*"})
 
 
-def _refuse(message: str, code: str, reason: str, **details):
-    raise Unprocessable(message, code=code, details={"file": [reason], **details})
-
-
-def _checked(upload) -> tuple[str, str]:
-    """Refuse an empty, oversized or unsupported file before anything is locked or written."""
-    filename = clean_filename(getattr(upload, "name", ""))
-    if not upload.size:
-        _refuse("Attachment is empty", "attachment_empty", "The file has no bytes.")
-    if upload.size > max_upload_bytes():
-        raise too_large()
-    content_type = content_type_of(getattr(upload, "content_type", None), filename)
-    if not type_allowed(content_type):
-        _refuse(f"Unsupported attachment type: {content_type}", "attachment_type_unsupported",
-                f"'{content_type}' is not an accepted type.",
-                allowedTypes=list(settings.PAPERCLIP["ATTACHMENT_ALLOWED_TYPES"]))
-    return filename, content_type
-
-
 def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) -> Attachment:
     """Store ``upload`` (a Django UploadedFile) on ``issue``; ``comment_id`` ties it to one of the
     issue's comments (upstream's ``issueCommentId``). Audited as ``issue.attachment_added``."""
-    filename, content_type = _checked(upload)
+    filename, content_type = checked_upload(upload, noun="Attachment", accepts=type_allowed,
+                                            accepted=settings.PAPERCLIP["ATTACHMENT_ALLOWED_TYPES"])
     digest = sha256_of(upload)
     pk = uuid.uuid4()
     storage = attachment_storage()

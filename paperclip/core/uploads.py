@@ -87,3 +87,22 @@ def sha256_of(upload) -> str:
         digest.update(chunk)
     upload.seek(0)
     return digest.hexdigest()
+
+
+def checked_upload(upload, *, noun: str, accepts, accepted: list[str], aliases: dict | None = None) -> tuple[str, str]:
+    """Refuse an empty, oversized or unaccepted file before anything is locked or written (422, in
+    upstream's words for ``noun``: "Attachment is empty", "Unsupported image type: <type>"); returns
+    its shown name and its type (``aliases`` rename a type, e.g. image/jpg to image/jpeg)."""
+    code = noun.lower()
+    filename = clean_filename(getattr(upload, "name", ""))
+    if not upload.size:
+        raise Unprocessable(f"{noun} is empty", code=f"{code}_empty", details={"file": ["The file has no bytes."]})
+    if upload.size > max_upload_bytes():
+        raise too_large()
+    content_type = content_type_of(getattr(upload, "content_type", None), filename)
+    content_type = (aliases or {}).get(content_type, content_type)
+    if not accepts(content_type):
+        raise Unprocessable(f"Unsupported {code} type: {content_type}", code=f"{code}_type_unsupported",
+                            details={"file": [f"'{content_type}' is not an accepted type."],
+                                     "allowedTypes": list(accepted)})
+    return filename, content_type
