@@ -9,6 +9,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from issues.forms import CONSOLE_FILTER_FIELDS, STATUS_SUGGESTIONS, style_issue_filter_form
+from issues.console.base import refs_as_form_errors
 from issues.selectors import issue_filterset
 from paperclip.core.middleware import SESSION_KEY
 
@@ -34,10 +35,11 @@ def issue_list(request):
     if company is not None:
         filterset = issue_filterset(company=company, params=request.GET)
         form = style_issue_filter_form(filterset.form, company=company)
+        page = None
         if filterset.is_valid():
             page = Paginator(filterset.qs, ISSUES_PER_PAGE).get_page(request.GET.get("page"))
-        else:
-            page = None
+            if refs_as_form_errors(filterset, form, company.pk, page.object_list):
+                page = None
         context.update(
             form=form,
             filter_fields=[form[name] for name in CONSOLE_FILTER_FIELDS],

@@ -170,6 +170,17 @@ def test_invalid_uuid_shows_an_error_not_a_crash(console, company):
     assert "has-error" in body
 
 
+@pytest.mark.parametrize("headers", [{}, HTMX], ids=["full-page", "htmx"])
+def test_a_filter_naming_another_companys_object_says_so_as_the_api_does(console, company, headers):
+    IssueFactory(company=company)
+    foreign = AgentFactory(company=CompanyFactory())
+    response = console.get(ISSUES_URL, {"assigneeAgentId": str(foreign.pk)}, **headers)
+    assert response.status_code == 200
+    body = text(response)
+    assert 'role="alert"' in body and "No such agent in this company." in body
+    assert "No issues match these filters." not in body and rows(response) == []
+
+
 def test_empty_results_say_so(console, company):
     IssueFactory(company=company, status="todo")
     assert "No issues match these filters." in text(console.get(ISSUES_URL, {"status": "done"}, **HTMX))

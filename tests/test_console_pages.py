@@ -534,6 +534,9 @@ def test_board_filters_with_the_shared_filterset(world):
     assert "<html" not in body and "Done thing" in body and "Ship the landing page" not in body
     assert "HX-Request" in partial["Vary"]
     assert "Unknown value(s) bogus" in text(client.get(reverse("console:issue-board"), {"status": "bogus"}, **HTMX))
+    foreign = AgentFactory(company=CompanyFactory())  # another company's agent: said so, as the API's 404
+    body = text(client.get(reverse("console:issue-board"), {"assigneeAgentId": str(foreign.pk)}, **HTMX))
+    assert "No such agent in this company." in body and "Ship the landing page" not in body
 
 
 def test_issue_list_rows_link_to_the_issue_page(world):

@@ -58,3 +58,17 @@ def perform(request, action, *, success: str, redirect_to: str):
     if success:
         messages.success(request, success.format(result=result) if "{result" in success else success)
     return HttpResponseRedirect(redirect_to)
+
+
+def refs_as_form_errors(filterset, form, company_id, rows) -> bool:
+    """An empty page whose filters name another company's object (or none) gets the API's 404 reason
+    as the form's errors, so the page says so instead of "no issues"; True when it did."""
+    from issues.selectors import refs_checked
+
+    try:
+        refs_checked(filterset, company_id, list(rows))
+    except NotFound as exc:
+        for name, reasons in exc.details.items():
+            form.add_error(name if name in form.fields else None, reasons)
+        return True
+    return False

@@ -30,7 +30,7 @@ from issues.services.issues import issue_update
 from issues.services.thread import comment_create, document_delete, interaction_respond
 from paperclip.core.uploads import max_upload_bytes, one_uploaded_file
 
-from .base import adopt_company, perform, render_page
+from .base import adopt_company, perform, refs_as_form_errors, render_page
 from .panels import issue_panels
 from .permissions import ACT_ON_WORK, console_action, console_actor, console_page, require_role
 from .runs import POLL_EVERY
@@ -64,6 +64,8 @@ def issue_board(request):
         filterset = issue_filterset(company=company, params=request.GET)
         form = style_issue_filter_form(filterset.form, company=company)
         issues = list(filterset.qs[:BOARD_LIMIT]) if filterset.is_valid() else []
+        if filterset.is_valid() and refs_as_form_errors(filterset, form, company.pk, issues):
+            issues = []
         columns = {status: [] for status in BOARD_COLUMNS}
         for issue in issues:
             columns.setdefault(issue.status, []).append(issue)
