@@ -16,6 +16,8 @@ it, should a sync fail or be lost with its process."""
 from __future__ import annotations
 
 import logging
+import operator
+from functools import reduce
 
 from django.db import transaction
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
@@ -49,15 +51,22 @@ def _month_spend(company: Company, now=None) -> int:
     return company.spent_monthly_cents if company.spend_period == month_period(now) else 0
 
 
+def _stop_rules(now=None):
+    """The stop's rules, first match wins: (reason, the test of one company's row, the same test as a
+    filter on companies for the sweep). Each rule's two forms sit side by side so they cannot drift."""
+    period = month_period(now)
+    return (
+        (COMPANY_ARCHIVED, lambda c: c.status == CompanyStatus.ARCHIVED, Q(status=CompanyStatus.ARCHIVED)),
+        (COMPANY_PAUSED, lambda c: c.status == CompanyStatus.PAUSED, Q(status=CompanyStatus.PAUSED)),
+        (COMPANY_BUDGET,
+         lambda c: bool(c.budget_monthly_cents) and _month_spend(c, now) >= c.budget_monthly_cents,
+         Q(budget_monthly_cents__gt=0, spent_monthly_cents__gte=F("budget_monthly_cents"), spend_period=period)),
+    )
+
+
 def company_stop_reason(company: Company, now=None) -> str | None:
     """Why the company's agents must not run now, or None (archived, then paused, then budget)."""
-    if company.status == CompanyStatus.ARCHIVED:
-        return COMPANY_ARCHIVED
-    if company.status == CompanyStatus.PAUSED:
-        return COMPANY_PAUSED
-    if company.budget_monthly_cents and _month_spend(company, now) >= company.budget_monthly_cents:
-        return COMPANY_BUDGET
-    return None
+    return next((reason for reason, applies, _ in _stop_rules(now) if applies(company)), None)
 
 
 def company_for_stop(company_id, *, lock: bool = False) -> Company:
@@ -155,11 +164,9 @@ def company_stops_reconcile(now=None) -> int:
     (a sync that failed or was lost with its process, a month roll that lifted a budget stop, a
     stop whose reason changed). Two reads when all agree; a company that fails is logged and left to the next
     sweep, the others go on."""
-    over_budget = Q(budget_monthly_cents__gt=0, spent_monthly_cents__gte=F("budget_monthly_cents"),
-                    spend_period=month_period(now))
-    stopped = Q(status__in=(CompanyStatus.PAUSED, CompanyStatus.ARCHIVED)) | over_budget
-    reason = Case(When(status=CompanyStatus.ARCHIVED, then=Value(COMPANY_ARCHIVED)),
-                  When(status=CompanyStatus.PAUSED, then=Value(COMPANY_PAUSED)), default=Value(COMPANY_BUDGET))
+    rules = _stop_rules(now)
+    stopped = reduce(operator.or_, (q for _, _, q in rules))
+    reason = Case(*(When(q, then=Value(name)) for name, _, q in rules))
     unstopped = Agent.objects.filter(company_id=OuterRef("pk")).exclude(status__in=NOT_RUNNABLE_AGENT_STATUSES)
     held = Agent.objects.filter(company_id=OuterRef("pk"), status=AgentStatus.PAUSED, pause_reason__in=COMPANY_REASONS)
     running = HeartbeatRun.objects.filter(company_id=OuterRef("pk"), status__in=LIVE_RUN_STATUSES,
