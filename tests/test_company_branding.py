@@ -6,6 +6,8 @@ import hashlib
 import os
 import time
 
+import pytest
+
 from issues.models import ActivityLog, Asset, Company
 from issues.models.attachment import attachment_storage
 from issues.services import attachments as attachment_services
@@ -178,3 +180,18 @@ def test_a_replaced_or_cleared_logo_is_deleted_with_its_bytes(
     with django_capture_on_commit_callbacks(execute=True):
         patch(board_client, company, logoAssetId=None)
     assert not Asset.objects.exists()
+
+
+def test_bytes_of_an_upload_that_does_not_commit_are_removed(company, monkeypatch, own_attachment_storage):
+    from issues.actors import SYSTEM
+    from issues.services import assets as asset_services
+
+    def fail(**kwargs):
+        raise RuntimeError("audit write failed")
+
+    monkeypatch.setattr(asset_services, "activity_record", fail)
+    with pytest.raises(RuntimeError):
+        asset_services.company_logo_upload(actor=SYSTEM, company=company, upload=a_file())
+    folder = f"{company.pk}/assets"
+    assert not Asset.objects.exists()
+    assert not attachment_storage().exists(folder) or attachment_storage().listdir(folder)[1] == []

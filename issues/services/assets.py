@@ -2,25 +2,23 @@
 of the company, which ``PATCH /companies/{id}`` (``logoAssetId``) then makes its logo.
 
 Who may: board users with a write role and the company's CEO agent (upstream: branding is the
-one company setting a CEO agent changes). The bytes follow the row as attachments' do (written
-before the row, removed if it does not commit, removed when the row goes; orphans swept by
-issues.services.attachments.attachments_orphan_sweep).
+one company setting a CEO agent changes). The bytes follow the row as attachments' do
+(attachments.bytes_before_row; removed when the row goes; orphans swept by
+attachments.attachments_orphan_sweep).
 """
 from __future__ import annotations
 
 import uuid
-
-from django.db import transaction
 
 from issues.actors import Actor
 from issues.choices import AgentRole
 from issues.exceptions import Forbidden
 from issues.models import Asset, Company
 from issues.models.asset import IMAGE_TYPES
-from issues.models.attachment import attachment_storage
 from paperclip.core.uploads import checked_upload, sha256_of
 
 from .activity import activity_record
+from .attachments import bytes_before_row
 from .goals import ensure_org_write
 
 BRANDING_FORBIDDEN = "Only CEO agents or board users may update company settings"  # upstream's words
@@ -42,18 +40,12 @@ def company_logo_upload(*, actor: Actor, company: Company, upload) -> Asset:
                                             accepted=IMAGE_TYPES, aliases={"image/jpg": "image/jpeg"})
     digest = sha256_of(upload)
     pk = uuid.uuid4()
-    storage = attachment_storage()
-    saved = storage.save(f"{company.pk}/assets/{pk}", upload)
-    try:
-        with transaction.atomic():
-            asset = Asset.objects.create(
-                pk=pk, company=company, original_filename=filename, content_type=content_type,
-                byte_size=upload.size, sha256=digest, object_key=saved, created_by_agent=actor.agent,
-                created_by_user=actor.user if actor.is_board else None)
-            activity_record(actor=actor, company_id=company.pk, action="asset.created", entity_type="asset",
-                            entity_id=asset.pk, details={"originalFilename": filename, "contentType": content_type,
-                                                         "byteSize": asset.byte_size, "namespace": "assets/companies"})
-    except BaseException:
-        storage.delete(saved)  # the row did not commit: its bytes go too
-        raise
+    with bytes_before_row(f"{company.pk}/assets/{pk}", upload) as saved:
+        asset = Asset.objects.create(
+            pk=pk, company=company, original_filename=filename, content_type=content_type, byte_size=upload.size,
+            sha256=digest, object_key=saved, created_by_agent=actor.agent,
+            created_by_user=actor.user if actor.is_board else None)
+        activity_record(actor=actor, company_id=company.pk, action="asset.created", entity_type="asset",
+                        entity_id=asset.pk, details={"originalFilename": filename, "contentType": content_type,
+                                                     "byteSize": asset.byte_size, "namespace": "assets/companies"})
     return asset

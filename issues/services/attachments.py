@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
@@ -40,6 +41,21 @@ def type_allowed(content_type: str) -> bool:
     return bool(allowed & {content_type, family, "*"})
 
 
+@contextmanager
+def bytes_before_row(key: str, upload):
+    """Write ``upload``'s bytes under ``key``, then run the block (the row's writes) in a transaction;
+    if the block does not commit, the bytes are removed again. Written before any row is locked, so a
+    slow write holds no lock (on SQLite, the database's)."""
+    storage = attachment_storage()
+    saved = storage.save(key, upload)
+    try:
+        with transaction.atomic():
+            yield saved
+    except BaseException:
+        storage.delete(saved)  # the row did not commit: its bytes go too
+        raise
+
+
 def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) -> Attachment:
     """Store ``upload`` (a Django UploadedFile) on ``issue``; ``comment_id`` ties it to one of the
     issue's comments (upstream's ``issueCommentId``). Audited as ``issue.attachment_added``."""
@@ -47,27 +63,19 @@ def attachment_create(*, actor: Actor, issue: Issue, upload, comment_id=None) ->
                                             accepted=settings.PAPERCLIP["ATTACHMENT_ALLOWED_TYPES"])
     digest = sha256_of(upload)
     pk = uuid.uuid4()
-    storage = attachment_storage()
-    # Written before the issue is locked, so a slow write holds no lock (on SQLite, the database's);
-    # removed again when the row does not commit.
-    saved = storage.save(f"{issue.company_id}/issues/{issue.pk}/{pk}", upload)
-    try:
-        with transaction.atomic():
-            issue = lock_for_write(actor, issue, owner_only=False)
-            comment = None
-            if comment_id:
-                comment = Comment.objects.filter(issue=issue, pk=comment_id).first()
-                if comment is None:
-                    raise NotFound("Comment not found", details={"issueCommentId": ["No such comment on this issue."]})
-            attachment = Attachment.objects.create(
-                pk=pk, company_id=issue.company_id, issue=issue, comment=comment, original_filename=filename,
-                content_type=content_type, byte_size=upload.size, sha256=digest, object_key=saved,
-                **revision_author(actor))
-            activity_record(actor=actor, company_id=issue.company_id, action="issue.attachment_added",
-                            entity_type="issue", entity_id=issue.pk, details=_audit(attachment))
-    except BaseException:
-        storage.delete(saved)  # the row did not commit: its bytes go too
-        raise
+    with bytes_before_row(f"{issue.company_id}/issues/{issue.pk}/{pk}", upload) as saved:
+        issue = lock_for_write(actor, issue, owner_only=False)
+        comment = None
+        if comment_id:
+            comment = Comment.objects.filter(issue=issue, pk=comment_id).first()
+            if comment is None:
+                raise NotFound("Comment not found", details={"issueCommentId": ["No such comment on this issue."]})
+        attachment = Attachment.objects.create(
+            pk=pk, company_id=issue.company_id, issue=issue, comment=comment, original_filename=filename,
+            content_type=content_type, byte_size=upload.size, sha256=digest, object_key=saved,
+            **revision_author(actor))
+        activity_record(actor=actor, company_id=issue.company_id, action="issue.attachment_added",
+                        entity_type="issue", entity_id=issue.pk, details=_audit(attachment))
     return attachment
 
 
