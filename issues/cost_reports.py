@@ -55,21 +55,18 @@ def percent(spend: int, budget: int) -> float:
 
 
 def cost_summary(*, company, params) -> dict:
-    window = cost_window(params)
-    spend = CostEvent.objects.filter(company=company).filter(window).aggregate(s=Sum("cost_cents"))["s"] or 0
+    spend = _ledger(company, params).aggregate(s=Sum("cost_cents"))["s"] or 0
     return {"companyId": str(company.pk), "spendCents": spend, "budgetCents": company.budget_monthly_cents,
             "utilizationPercent": percent(spend, company.budget_monthly_cents)}
 
 
 def _token_sums(prefix: str = "", only=None) -> dict:
-    def total(column, name):
-        return Coalesce(Sum(column, filter=only), Value(0))
-
+    """Spend and token totals (0 when none); with ``prefix`` (``subscription``) the tokens only."""
     names = (("cost_cents", "costCents"), ("input_tokens", "inputTokens"),
              ("cached_input_tokens", "cachedInputTokens"), ("output_tokens", "outputTokens"))
     if prefix:
         names = names[1:]
-    return {(f"{prefix}{name[0].upper()}{name[1:]}" if prefix else name): total(column, name)
+    return {(f"{prefix}{name[0].upper()}{name[1:]}" if prefix else name): Coalesce(Sum(column, filter=only), Value(0))
             for column, name in names}
 
 

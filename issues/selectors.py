@@ -231,13 +231,14 @@ def list_window(params) -> tuple[int, int]:
     return min(window["limit"], settings.PAPERCLIP["API_LIST_MAX_LIMIT"]), window["offset"]
 
 
-def issue_filterset(*, company, params, actor: Actor | None = None) -> IssueFilterSet:
-    """``actor`` resolves ``me`` in the user filters (a board user; without one ``me`` matches nothing)."""
+def issue_filterset(*, company, params, actor: Actor | None = None, annotations: dict | None = None) -> IssueFilterSet:
+    """``actor`` resolves ``me`` in the user filters (a board user; without one ``me`` matches nothing);
+    ``annotations`` add per-issue values to the rows (a view's own columns)."""
     return IssueFilterSet(
         data=params,
         queryset=Issue.objects.filter(company=company).select_related(*ISSUE_RELATED).order_by(
             "priority_rank", "created_at", "id"
-        ),
+        ).annotate(**(annotations or {})),
         me_user_id=actor.user.pk if actor is not None and actor.is_board else None,
     )
 
@@ -261,13 +262,13 @@ def refs_checked(filterset, company_id, page: list) -> list:
     return page
 
 
-def issue_list(*, company, params, actor: Actor | None = None):
+def issue_list(*, company, params, actor: Actor | None = None, annotations: dict | None = None):
     """The inbox / issue list: the FilterSet's query, sorted by priority then age (or as asked);
     labels come with one more query for the whole page. Filter ids are checked (refs_checked)."""
     me = [name for name in IssueFilterSet.ME_PARAMS if params.get(name) == "me"]
     if me and actor is not None and not actor.is_board:
         raise Forbidden(f"{me[0]}=me requires board authentication", code="board_only")
-    filterset = issue_filterset(company=company, params=params, actor=actor)
+    filterset = issue_filterset(company=company, params=params, actor=actor, annotations=annotations)
     if not filterset.is_valid():
         raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
     limit, offset = list_window(params)
@@ -652,9 +653,9 @@ MINE_STATUSES = "backlog,todo,in_progress,in_review,blocked,done"  # upstream's 
 def agent_mine_inbox(*, agent, params) -> list[Issue]:
     """``GET /agents/me/inbox/mine?userId=``: the issues a board member of the agent's company
     created, was assigned or commented on (the list's ``touchedByUserId``), with the list's filters
-    (``status`` defaults to MINE_STATUSES), order and paging. Each issue carries the member's last
-    touch and the last comment by anyone else (``my_created_at``, ``my_last_comment_at``,
-    ``last_external_comment_at``). One query after the member check."""
+    (``status`` defaults to MINE_STATUSES), order and paging (``issue_list``). Each issue carries the
+    member's last touch and the last comment by anyone else (``my_created_at``, ``my_last_comment_at``,
+    ``last_external_comment_at``)."""
     from django.db.models import Case, OuterRef, Subquery, When
 
     from issues.models import Membership
@@ -670,17 +671,10 @@ def agent_mine_inbox(*, agent, params) -> list[Issue]:
     query["touchedByUserId"] = str(user_id)
     query.setdefault("status", MINE_STATUSES)
     comments = Comment.objects.filter(issue=OuterRef("pk")).order_by("-created_at").values("created_at")
-    issues = (Issue.objects.filter(company_id=agent.company_id).select_related(*ISSUE_RELATED)
-              .order_by("priority_rank", "created_at", "id")
-              .annotate(my_created_at=Case(When(created_by_user_id=user_id, then="created_at")),
-                        my_last_comment_at=Subquery(comments.filter(author_user_id=user_id)[:1]),
-                        last_external_comment_at=Subquery(comments.exclude(author_user_id=user_id)[:1])))
-    filterset = IssueFilterSet(data=query, queryset=issues)
-    if not filterset.is_valid():
-        raise InvalidInput("Invalid filter.", code="invalid_filter", details=filterset.errors)
-    limit, offset = list_window(params)
-    return refs_checked(filterset, agent.company_id, list(filterset.qs.prefetch_related("labels")
-                                                          [offset: offset + limit]))
+    return issue_list(company=agent.company, params=query, annotations={
+        "my_created_at": Case(When(created_by_user_id=user_id, then="created_at")),
+        "my_last_comment_at": Subquery(comments.filter(author_user_id=user_id)[:1]),
+        "last_external_comment_at": Subquery(comments.exclude(author_user_id=user_id)[:1])})
 
 
 def heartbeat_run_get(*, actor: Actor, pk) -> HeartbeatRun:

@@ -83,8 +83,10 @@ def test_runs_are_bounded_by_limit_and_refuse_a_bad_one(board_client, company):
     assert_error(board_client.get(f"/api/issues/{issue.pk}/runs?limit=abc"), 400, fields=("limit",))
 
 
-def test_an_agent_reads_its_company_issue_history(agent_client, company):
+def test_an_agent_reads_its_company_issue_history(agent_client, board_client, company):
     issue = IssueFactory(company=company)
-    RunFactory(agent=agent_client.agent, issue=issue)
-    assert agent_client.get(f"/api/issues/{issue.pk}/runs").status_code == 200
-    assert agent_client.get(f"/api/issues/{issue.pk}/activity").status_code == 200
+    run = RunFactory(agent=agent_client.agent, issue=issue)
+    board_client.patch(f"/api/issues/{issue.pk}", {"priority": "high"}, format="json")
+    runs = agent_client.get(f"/api/issues/{issue.pk}/runs")
+    assert runs.status_code == 200 and [r["id"] for r in runs.json()] == [str(run.pk)]
+    assert actions(agent_client.get(f"/api/issues/{issue.pk}/activity")) == ["issue.updated"]

@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from issues.choices import WorkspaceStrategy
+from issues.cost_reports import SPEND_WINDOWS
 from issues.services import projects as project_services
 from issues.services.costs import BILLING_TYPES, COMPANY_STATUSES
 from issues.services.goals import GOAL_LEVELS, GOAL_STATUSES, TITLE_MAX
@@ -335,7 +336,7 @@ class CostByAgentModelSerializer(CostTotalsSerializer):
 class CostWindowSpendSerializer(CostTotalsSerializer):
     provider = serializers.CharField()
     biller = serializers.CharField(help_text="The provider's biller in the window, or `mixed`.")
-    window = serializers.ChoiceField(choices=["5h", "24h", "7d"])
+    window = serializers.ChoiceField(choices=[label for label, _hours in SPEND_WINDOWS])
     windowHours = serializers.IntegerField()
 
 
@@ -370,7 +371,7 @@ class CompanySerializer(serializers.Serializer):
         return str(company.logo_asset_id) if company.logo_asset_id else None
 
     def get_logoUrl(self, company) -> str | None:
-        return f"/api/assets/{company.logo_asset_id}/content" if company.logo_asset_id else None
+        return company.logo_url
 
 
 class CompanyCreateSerializer(StrictSerializer):

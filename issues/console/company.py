@@ -4,8 +4,6 @@ goes through the services the API uses (issues.services.costs.company_update, .a
 so the rules and the audit rows are the same."""
 from __future__ import annotations
 
-import re
-
 from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpResponseRedirect
@@ -16,14 +14,12 @@ from issues.choices import CompanyStatus
 from issues.exceptions import ApiError
 from issues.services.assets import company_logo_upload
 from issues.services.companies import company_delete
-from issues.services.costs import company_archive, company_update
+from issues.services.costs import BRAND_COLOR, company_archive, company_update
 from paperclip.core.errors import error_text
 from paperclip.core.uploads import max_upload_bytes, one_uploaded_file
 
 from .base import perform, render_page
 from .permissions import MANAGE_COMPANY, OWNER, console_action, console_actor, console_page, require_role
-
-BRAND_COLOR = re.compile(r"#[0-9a-fA-F]{6}", re.ASCII)
 
 
 class CompanySettingsForm(forms.Form):

@@ -39,6 +39,11 @@ class Company(UUIDModel):
     def __str__(self):
         return f"{self.name} ({self.issue_prefix})"
 
+    @property
+    def logo_url(self) -> str | None:
+        """Where the logo's bytes are read (the asset's content view), or None without a logo."""
+        return f"/api/assets/{self.logo_asset_id}/content" if self.logo_asset_id else None
+
 
 class Membership(models.Model):
     """A board user's role in one company."""

@@ -560,7 +560,7 @@ def issue_delete(*, actor: Actor, issue: Issue) -> Issue:
         pk = issue.pk
         # e.g. a connector's link to a tracker item holds it: unlink it first (nothing is deleted).
         with unless_held("The issue is still linked elsewhere; remove the link before deleting it.",
-                         "issue_delete_restricted", key="linkedBy", issueId=str(pk)):
+                         "issue_delete_restricted", detail="linkedBy", issueId=str(pk)):
             # Its interactions first: they protect the document revisions they point at.
             Interaction.objects.filter(issue=issue).delete()
             issue.delete()

@@ -213,9 +213,7 @@ def document_delete(*, actor: Actor, issue: Issue, key: str) -> None:
     revisions, audited as ``issue.document_deleted``. Refused (409, nothing deleted) while a board
     interaction is bound to one of its revisions (they protect what was asked about); a case
     handoff's captured revision link is cleared, as when the whole issue is deleted."""
-    from django.db.models import ProtectedError
-
-    from .deletion import holders
+    from .deletion import unless_held
 
     actor.ensure_board()
     key = (key or "").lower()
@@ -225,14 +223,11 @@ def document_delete(*, actor: Actor, issue: Issue, key: str) -> None:
                         entity_type="issue", entity_id=issue.pk,
                         details={"key": key, "documentId": str(document.pk), "title": document.title,
                                  "revisionCount": document.revision_count})
-        try:
-            with transaction.atomic():
-                document.delete()
-        except ProtectedError as exc:  # the interactions' ids, which the board can act on
-            interactions = sorted(str(obj.pk) for obj in holders(exc))
-            raise Conflict("Interactions are bound to this document's revisions; resolve or delete them first.",
-                           code="document_delete_restricted",
-                           details={"key": [key], "interactionIds": interactions}) from None
+        # Named by id: the interactions holding it are what the board resolves or deletes first.
+        with unless_held("Interactions are bound to this document's revisions; resolve or delete them first.",
+                         "document_delete_restricted", detail="interactionIds", name=lambda obj: str(obj.pk),
+                         key=[key]):
+            document.delete()
 
 
 def interaction_create(*, actor: Actor, issue: Issue, kind: str, title: str, body: str = "",
